@@ -1,0 +1,72 @@
+/** Outbox activities: write the row, attempt one delivery, mark the row dropped when retries run out. */
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import { request, type Dispatcher } from 'undici';
+import type { Db } from '../db/knex.js';
+import { outboxStore, type NewOutboxMessage } from '../db/outbox.js';
+import { isRetryableStatus, retryDelayMs, type DeliveryRetry } from '../domain/outbox.js';
+
+export interface OutboxDeps {
+  db: Db;
+  dispatcher?: Dispatcher;
+  /** Adds authentication (e.g. a connector token) to each attempt; the identity feature provides it. */
+  authorize?: (message: { counterparty_did: string; url: string }) => Promise<Record<string, string>>;
+}
+
+const ATTEMPT_TIMEOUT_MS = 10_000;
+
+export function createOutboxActivities(deps: OutboxDeps) {
+  const store = outboxStore(deps.db);
+  return {
+    async enqueueOutboxMessage(message: NewOutboxMessage): Promise<number> {
+      return (await store.insert(message)).id;
+    },
+
+    /**
+     * One delivery attempt. Throws a retryable failure for network errors and retryable
+     * statuses (Temporal retries with the policy), a non-retryable one for a final refusal.
+     */
+    async deliverOutboxMessage(id: number, policy: DeliveryRetry): Promise<{ status: number }> {
+      const row = await store.get(id);
+      if (!row) throw ApplicationFailure.nonRetryable(`outbox message ${id} does not exist`, 'OutboxMissing');
+      if (row.status === 'delivered') return { status: row.response_status ?? 200 };
+      const attempt = Context.current().info.attempt;
+      const nextAttemptAt = new Date(Date.now() + retryDelayMs(attempt, policy));
+      let status: number | null = null;
+      let error: string | null = null;
+      try {
+        const headers = { 'content-type': 'application/json', ...(await deps.authorize?.(row)) };
+        const res = await request(row.url, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify(row.body),
+          dispatcher: deps.dispatcher,
+          headersTimeout: ATTEMPT_TIMEOUT_MS,
+          bodyTimeout: ATTEMPT_TIMEOUT_MS,
+          signal: AbortSignal.timeout(ATTEMPT_TIMEOUT_MS),
+        });
+        status = res.statusCode;
+        const text = (await res.body.text()).slice(0, 500);
+        if (status >= 200 && status < 300) {
+          await store.recordAttempt(id, { error: null, status, nextAttemptAt: new Date() });
+          await store.markDelivered(id, status);
+          return { status };
+        }
+        error = `the counterparty answered ${status}${text ? `: ${text}` : ''}`;
+      } catch (err) {
+        const e = err as { code?: string; name?: string; message?: string };
+        error = e.code === 'ECONNREFUSED' ? 'connection refused' : e.name === 'TimeoutError' ? 'timed out' : (e.message ?? String(err));
+      }
+      await store.recordAttempt(id, { error, status, nextAttemptAt });
+      if (status !== null && !isRetryableStatus(status)) {
+        throw ApplicationFailure.nonRetryable(error, 'DeliveryRefused');
+      }
+      throw ApplicationFailure.retryable(error, 'DeliveryFailed');
+    },
+
+    async dropOutboxMessage(id: number, error: string): Promise<void> {
+      await store.markDropped(id, error);
+    },
+  };
+}
+
+export type OutboxActivities = ReturnType<typeof createOutboxActivities>;

@@ -1,0 +1,101 @@
+/** The connector's HTTP surface: health probes, the management API under /api/v1, and (later) protocol and gateway routes. */
+import Koa from 'koa';
+import Router from '@koa/router';
+import { koaBody } from 'koa-body';
+import { randomUUID } from 'node:crypto';
+import type { Services } from './services.js';
+import { managementErrors } from './middleware/errors.js';
+import { authenticate } from './middleware/authenticate.js';
+import { mount, type RouteRegistry } from './routes.js';
+import { buildOpenApi } from './openapi.js';
+import { apiKeyStore } from '../db/api-keys.js';
+import { sourceRoutes } from './management/sources.js';
+import { productRoutes } from './management/products.js';
+import { offerRoutes } from './management/offers.js';
+import { policyRoutes } from './management/policies.js';
+import { apiKeyRoutes } from './management/api-keys.js';
+import { ApiError } from '../domain/errors.js';
+
+export interface Readiness {
+  ready(): Promise<{ ok: boolean; checks: Record<string, string> }>;
+}
+
+function requestIds() {
+  return async function assignRequestId(ctx: Koa.Context, next: Koa.Next) {
+    const given = ctx.get('x-request-id');
+    ctx.state.requestId = /^[\w.-]{1,100}$/.test(given) ? given : randomUUID();
+    ctx.set('x-request-id', ctx.state.requestId as string);
+    await next();
+  };
+}
+
+function accessLog(services: Services) {
+  return async function logRequest(ctx: Koa.Context, next: Koa.Next) {
+    const started = performance.now();
+    try {
+      await next();
+    } finally {
+      // Never the Authorization header: the key id of the caller is enough to trace a call.
+      services.logger.info(
+        {
+          req: { id: ctx.state.requestId, method: ctx.method, path: ctx.path },
+          status: ctx.status,
+          ms: Math.round(performance.now() - started),
+          caller: (ctx.state.caller as { id?: string } | undefined)?.id,
+        },
+        'request',
+      );
+    }
+  };
+}
+
+export function managementRouter(services: Services): { router: Router; registry: RouteRegistry } {
+  const registry: RouteRegistry = { prefix: '/api/v1', specs: [] };
+  const router = new Router({ prefix: registry.prefix });
+  router.use(managementErrors(services.logger));
+  router.use(koaBody({ jsonLimit: '1mb', json: true, urlencoded: false, multipart: false, text: false, jsonStrict: true }));
+  router.use(authenticate(apiKeyStore(services.db)));
+  mount(router, registry, [
+    ...sourceRoutes(services),
+    ...productRoutes(services),
+    ...offerRoutes(services),
+    ...policyRoutes(services),
+    ...apiKeyRoutes(services),
+  ]);
+  const document = buildOpenApi([registry], { version: services.version });
+  router.get('/openapi.json', function openApiDocument(ctx) {
+    ctx.body = document;
+  });
+  router.all('/{*rest}', function unknownManagementRoute(ctx) {
+    throw new ApiError('not_found', `no route ${ctx.method} ${ctx.path}`);
+  });
+  return { router, registry };
+}
+
+export function createApp(services: Services, readiness: Readiness): Koa {
+  const app = new Koa({ proxy: false });
+  app.silent = true;
+  app.use(requestIds());
+  app.use(accessLog(services));
+
+  const probes = new Router();
+  probes.get('/healthz', function healthz(ctx) {
+    ctx.body = { status: 'ok' };
+  });
+  probes.get('/readyz', async function readyz(ctx) {
+    const r = await readiness.ready();
+    ctx.status = r.ok ? 200 : 503;
+    ctx.body = { status: r.ok ? 'ready' : 'not_ready', checks: r.checks };
+  });
+  app.use(probes.routes());
+
+  const { router } = managementRouter(services);
+  app.use(router.routes());
+
+  // Anything else: the management error shape, so that callers always get a JSON error.
+  app.use(function unknownRoute(ctx) {
+    ctx.status = 404;
+    ctx.body = { error: { code: 'not_found', message: `no route ${ctx.method} ${ctx.path}` } };
+  });
+  return app;
+}

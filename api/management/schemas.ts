@@ -1,0 +1,61 @@
+/** joi schemas shared by several management routes (backend bindings, paging, ids). */
+import Joi from 'joi';
+import { PROVIDES } from '../../domain/sources.js';
+import { patternProblem } from '../../domain/path-patterns.js';
+import { RESOURCE_ID_PATTERN } from '../../domain/ids.js';
+import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, decodeCursor } from '../../domain/paging.js';
+import { nullableString } from '../validation.js';
+
+export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+
+export const resourceId = () =>
+  Joi.string()
+    .pattern(RESOURCE_ID_PATTERN)
+    .messages({ 'string.pattern.base': 'must start with a letter or digit and use only letters, digits, . _ : -' });
+
+export const idParams = Joi.object({ id: Joi.string().min(1).max(256).required() });
+
+export const pageQuery = Joi.object({
+  cursor: Joi.string()
+    .custom((v: string, h) => (decodeCursor(v) === null ? h.error('cursor.invalid') : v))
+    .messages({ 'cursor.invalid': 'is not a cursor this list gave out' }),
+  limit: Joi.number().integer().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE),
+});
+
+export const pageOf = (item: Joi.Schema) =>
+  Joi.object({ items: Joi.array().items(item).required(), next_cursor: Joi.string().allow(null).required() });
+
+export const toPageRequest = (q: { cursor?: string; limit: number }) => ({
+  limit: q.limit,
+  after: q.cursor === undefined ? null : decodeCursor(q.cursor),
+});
+
+const pathPattern = Joi.string()
+  .min(1)
+  .custom((v: string, h) => {
+    const problem = patternProblem(v);
+    return problem ? h.message({ custom: `'${v}' ${problem}` }) : v;
+  });
+
+const headerName = Joi.string().pattern(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/).messages({ 'string.pattern.base': 'must be an HTTP header name' });
+
+export const linkDetail = Joi.object({
+  local_id: Joi.string().min(1).allow(null),
+  auth_header_value: nullableString(),
+  provides: Joi.string()
+    .valid(...PROVIDES)
+    .allow(null),
+});
+
+export const link = linkDetail.keys({ object: Joi.string().min(1).required() });
+
+export const backendBinding = Joi.object({
+  base_url: Joi.string().uri({ scheme: ['http', 'https'] }).required(),
+  auth_header_name: headerName.allow(null),
+  auth_header_value: nullableString(),
+  allowed_methods: Joi.array()
+    .items(Joi.string().valid(...HTTP_METHODS))
+    .unique(),
+  allowed_paths: Joi.array().items(pathPattern).unique(),
+  links: Joi.object().pattern(Joi.string().min(1), linkDetail),
+});

@@ -1,0 +1,81 @@
+/**
+ * Configuration from environment variables, validated at start-up: a bad value stops the
+ * connector with a message naming the variable. Every variable is documented in the README.
+ */
+import Joi from 'joi';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const PROJECT_ROOT = path.dirname(fileURLToPath(import.meta.url)).replace(/[\\/]dist$/, '');
+
+export const CONNECTOR_ROLES = ['api', 'worker'] as const;
+export type ConnectorRole = (typeof CONNECTOR_ROLES)[number];
+
+export interface Config {
+  port: number;
+  host: string;
+  publicUrl: string;
+  dataDir: string;
+  databaseUrl: string | null;
+  temporal: {
+    address: string | null;
+    namespace: string;
+    taskQueue: string;
+    cli: string | null;
+    port: number | null;
+    uiPort: number | null;
+  };
+  roles: ConnectorRole[];
+  logLevel: string;
+  demoBackend: boolean;
+}
+
+const schema = Joi.object({
+  PORT: Joi.number().integer().min(0).max(65535).default(8080),
+  HOST: Joi.string().default('127.0.0.1'),
+  PUBLIC_URL: Joi.string().uri({ scheme: ['http', 'https'] }),
+  DATA_DIR: Joi.string().default(path.join(PROJECT_ROOT, 'data')),
+  DATABASE_URL: Joi.string().uri({ scheme: ['postgres', 'postgresql'] }),
+  TEMPORAL_ADDRESS: Joi.string().pattern(/^[^\s:]+:\d+$/).message('"TEMPORAL_ADDRESS" must be host:port'),
+  TEMPORAL_NAMESPACE: Joi.string().default('default'),
+  TEMPORAL_TASK_QUEUE: Joi.string().default('connector'),
+  TEMPORAL_CLI: Joi.string(),
+  TEMPORAL_PORT: Joi.number().integer().min(1).max(65535),
+  TEMPORAL_UI_PORT: Joi.number().integer().min(1).max(65535),
+  CONNECTOR_ROLES: Joi.string()
+    .pattern(new RegExp(`^(${CONNECTOR_ROLES.join('|')})(,(${CONNECTOR_ROLES.join('|')}))*$`))
+    .message(`"CONNECTOR_ROLES" must be a comma list of ${CONNECTOR_ROLES.join(', ')}`)
+    .default(CONNECTOR_ROLES.join(',')),
+  LOG_LEVEL: Joi.string().valid('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent').default('info'),
+  DEMO_BACKEND: Joi.boolean().truthy('1').falsy('0').default(true),
+}).unknown(true);
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // Empty variables count as unset, as a shell user expects from `FOO= npm start`.
+  const given = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ''));
+  const { error, value } = schema.validate(given, { abortEarly: true, errors: { wrap: { label: '"' } } });
+  if (error) throw new ConfigError(`configuration: ${error.message}`);
+  const v = value as Record<string, any>;
+  return {
+    port: v.PORT,
+    host: v.HOST,
+    publicUrl: (v.PUBLIC_URL ?? `http://localhost:${v.PORT}`).replace(/\/+$/, ''),
+    dataDir: path.resolve(v.DATA_DIR),
+    databaseUrl: v.DATABASE_URL ?? null,
+    temporal: {
+      address: v.TEMPORAL_ADDRESS ?? null,
+      namespace: v.TEMPORAL_NAMESPACE,
+      taskQueue: v.TEMPORAL_TASK_QUEUE,
+      cli: v.TEMPORAL_CLI ?? null,
+      port: v.TEMPORAL_PORT ?? null,
+      uiPort: v.TEMPORAL_UI_PORT ?? null,
+    },
+    roles: [...new Set(String(v.CONNECTOR_ROLES).split(','))] as ConnectorRole[],
+    logLevel: v.LOG_LEVEL,
+    demoBackend: v.DEMO_BACKEND,
+  };
+}

@@ -1,0 +1,69 @@
+import type { Db } from './knex.js';
+import { pageBySeq, type PageRequest } from './paging.js';
+import { toRfc3339 } from '../domain/time.js';
+
+export interface ApiKeyRecord {
+  id: string;
+  name: string;
+  role: string;
+  scopes: string[];
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+}
+
+interface Row extends Omit<ApiKeyRecord, 'created_at' | 'last_used_at' | 'revoked_at'> {
+  seq: number;
+  secret_hash: string;
+  created_at: Date;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+}
+
+const toRecord = (r: Row): ApiKeyRecord => ({
+  id: r.id,
+  name: r.name,
+  role: r.role,
+  scopes: r.scopes,
+  created_at: toRfc3339(r.created_at),
+  last_used_at: r.last_used_at ? toRfc3339(r.last_used_at) : null,
+  revoked_at: r.revoked_at ? toRfc3339(r.revoked_at) : null,
+});
+
+export function apiKeyStore(db: Db) {
+  return {
+    async insert(key: { id: string; name: string; role: string; scopes: string[]; secret_hash: string }) {
+      const [row] = (await db('api_keys').insert(key).returning('*')) as Row[];
+      return toRecord(row!);
+    },
+    /** The key with its secret hash, for verification; revoked keys included (the caller decides). */
+    async findForVerification(id: string): Promise<(ApiKeyRecord & { secret_hash: string }) | undefined> {
+      const row = (await db('api_keys').where({ id }).first()) as Row | undefined;
+      return row ? { ...toRecord(row), secret_hash: row.secret_hash } : undefined;
+    },
+    async get(id: string) {
+      const row = (await db('api_keys').where({ id }).first()) as Row | undefined;
+      return row ? toRecord(row) : undefined;
+    },
+    list: (page: PageRequest) => pageBySeq(db('api_keys'), page, toRecord),
+    async count(): Promise<number> {
+      const row = (await db('api_keys').count<{ count: number }[]>('* as count').first())!;
+      return Number(row.count);
+    },
+    async revoke(id: string) {
+      const [row] = (await db('api_keys')
+        .where({ id })
+        .update({ revoked_at: db.raw('coalesce(revoked_at, now())') })
+        .returning('*')) as Row[];
+      return row ? toRecord(row) : undefined;
+    },
+    /** Last-used times are informative; updating them at most once a minute keeps reads cheap. */
+    async touch(id: string) {
+      await db('api_keys')
+        .where({ id })
+        .andWhere((q) => void q.whereNull('last_used_at').orWhere('last_used_at', '<', db.raw("now() - interval '1 minute'")))
+        .update({ last_used_at: db.fn.now() });
+    },
+  };
+}
+export type ApiKeyStore = ReturnType<typeof apiKeyStore>;

@@ -1,0 +1,20 @@
+import type { Knex } from 'knex';
+import * as foundation from './0001_foundation.js';
+import * as outbox from './0002_outbox.js';
+
+interface Migration {
+  up(knex: Knex): Promise<void>;
+  down(knex: Knex): Promise<void>;
+}
+
+/** Migrations are listed here, in order, so they ship inside the build (no file globbing at run time). */
+const all: Array<[string, Migration]> = [
+  ['0001_foundation', foundation],
+  ['0002_outbox', outbox],
+];
+
+export const migrations: Knex.MigrationSource<[string, Migration]> = {
+  getMigrations: () => Promise.resolve(all),
+  getMigrationName: ([name]) => name,
+  getMigration: ([, migration]) => Promise.resolve(migration),
+};

@@ -1,0 +1,180 @@
+/**
+ * The connector process: API and Temporal worker (roles can run apart with CONNECTOR_ROLES).
+ * `npm start` (dev/start.ts) starts the embedded stack first and then calls startConnector;
+ * in production, `node dist/main.js` runs this file with DATABASE_URL and TEMPORAL_ADDRESS set.
+ */
+import http from 'node:http';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { pino, type Logger } from 'pino';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkflowBundleOption, bundleWorkflowCode } from '@temporalio/worker';
+import { createDb, migrateLatest, type Db } from './db/knex.js';
+import { createApp } from './api/app.js';
+import { createActivities } from './activities/index.js';
+import { apiKeyStore } from './db/api-keys.js';
+import { createApiKey } from './auth/api-keys.js';
+import { loadConfig, ConfigError, type Config } from './config.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const version = (createRequire(import.meta.url)('./package.json') as { version: string }).version;
+
+export const WORKFLOWS_PATH = path.join(here, 'workflows', `index${path.extname(fileURLToPath(import.meta.url))}`);
+
+/** Bundles the workflow code once (webpack + swc); resolves our `.js` import specifiers to `.ts` sources. */
+export async function bundleWorkflows(): Promise<WorkflowBundleOption> {
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: WORKFLOWS_PATH,
+    logger: { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} },
+    webpackConfigHook: (config) => {
+      config.resolve = { ...config.resolve, extensionAlias: { '.js': ['.ts', '.js'] } };
+      return config;
+    },
+  });
+  return { code };
+}
+
+/** The SDK's own logs go to our logger at warn and above; it can be installed once per process. */
+function installTemporalRuntime(logger: Logger) {
+  try {
+    Runtime.install({
+      logger: new DefaultLogger('WARN', ({ level, message, meta }) => {
+        if (level === 'ERROR') logger.error(meta ?? {}, message);
+        else logger.warn(meta ?? {}, message);
+      }),
+    });
+  } catch {
+    // already installed in this process (several connectors in one test run)
+  }
+}
+
+export interface StartOptions {
+  databaseUrl: string;
+  temporalAddress: string;
+  logger?: Logger;
+  /** A prebuilt workflow bundle (tests bundle once for the whole run). */
+  workflowBundle?: WorkflowBundleOption;
+}
+
+export interface RunningConnector {
+  url: string;
+  port: number;
+  db: Db;
+  temporal: Client;
+  /** The admin API key, created on the very first start only. */
+  initialAdminKey: string | null;
+  stop(): Promise<void>;
+}
+
+export async function startConnector(config: Config, options: StartOptions): Promise<RunningConnector> {
+  const logger = options.logger ?? pino({ level: config.logLevel });
+  const db = createDb(options.databaseUrl);
+  const applied = await migrateLatest(db);
+  if (applied.length) logger.info({ migrations: applied }, 'database migrated');
+
+  const connection = await Connection.connect({ address: options.temporalAddress });
+  const temporal = new Client({ connection, namespace: config.temporal.namespace });
+
+  // First start: no API key exists yet, so make an admin key and hand it out once.
+  let initialAdminKey: string | null = null;
+  const keys = apiKeyStore(db);
+  if ((await keys.count()) === 0) {
+    initialAdminKey = (await createApiKey(keys, { name: 'initial admin', role: 'admin' })).key;
+  }
+
+  let worker: Worker | undefined;
+  let workerRun: Promise<void> | undefined;
+  if (config.roles.includes('worker')) {
+    installTemporalRuntime(logger);
+    const nativeConnection = await NativeConnection.connect({ address: options.temporalAddress });
+    worker = await Worker.create({
+      connection: nativeConnection,
+      namespace: config.temporal.namespace,
+      taskQueue: config.temporal.taskQueue,
+      ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : { workflowBundle: await bundleWorkflows() }),
+      activities: createActivities({ db }),
+    });
+    workerRun = worker.run().finally(() => nativeConnection.close());
+    workerRun.catch((err: unknown) => logger.error({ err }, 'worker stopped'));
+  }
+
+  let server: http.Server | undefined;
+  let port = config.port;
+  if (config.roles.includes('api')) {
+    const services = { db, logger, temporal, taskQueue: config.temporal.taskQueue, version };
+    const app = createApp(services, {
+      async ready() {
+        const checks: Record<string, string> = {};
+        try {
+          await db.raw('select 1');
+          checks.database = 'ok';
+        } catch (err) {
+          checks.database = (err as Error).message;
+        }
+        try {
+          await connection.healthService.check({});
+          checks.temporal = 'ok';
+        } catch (err) {
+          checks.temporal = (err as Error).message;
+        }
+        if (worker) checks.worker = worker.getState() === 'RUNNING' ? 'ok' : worker.getState().toLowerCase();
+        return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
+      },
+    });
+    server = http.createServer(app.callback());
+    await new Promise<void>((resolve, reject) => {
+      server!.once('error', reject);
+      server!.listen(config.port, config.host, () => resolve());
+    });
+    port = (server.address() as { port: number }).port;
+  }
+
+  const url = config.publicUrl.replace(/:0(?=$|\/)/, `:${port}`);
+  return {
+    url,
+    port,
+    db,
+    temporal,
+    initialAdminKey,
+    async stop() {
+      if (server) {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server!.close(() => resolve()));
+      }
+      if (worker) {
+        if (worker.getState() === 'RUNNING') worker.shutdown();
+        await workerRun;
+      }
+      await connection.close();
+      await db.destroy();
+    },
+  };
+}
+
+async function runFromEnvironment() {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(err.message);
+      process.exit(2);
+    }
+    throw err;
+  }
+  if (!config.databaseUrl || !config.temporal.address) {
+    console.error('configuration: DATABASE_URL and TEMPORAL_ADDRESS are required here (npm start runs an embedded stack instead)');
+    process.exit(2);
+  }
+  const connector = await startConnector(config, { databaseUrl: config.databaseUrl, temporalAddress: config.temporal.address });
+  console.log(`connector listening at ${connector.url}`);
+  if (connector.initialAdminKey) console.log(`admin API key (shown once): ${connector.initialAdminKey}`);
+  const stop = () => void connector.stop().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  await runFromEnvironment();
+}

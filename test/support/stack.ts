@@ -1,0 +1,55 @@
+/**
+ * The shared test stack: one embedded PostgreSQL and one in-memory Temporal dev server for the
+ * whole run (started by test/global-setup.ts), and connectors started on them per suite, each
+ * with its own database and task queue.
+ */
+import { randomBytes } from 'node:crypto';
+import { pino } from 'pino';
+import type { WorkflowBundleOption } from '@temporalio/worker';
+import { ensureDatabase } from '../../db/knex.js';
+import { loadConfig } from '../../config.js';
+import { startConnector, type RunningConnector } from '../../main.js';
+import type { EmbeddedPostgresHandle } from '../../dev/postgres.js';
+import type { TemporalDevServer } from '../../dev/temporal.js';
+
+export const stack: {
+  postgres?: EmbeddedPostgresHandle;
+  temporal?: TemporalDevServer;
+  workflowBundle?: WorkflowBundleOption;
+} = {};
+
+export function requireStack() {
+  if (!stack.postgres || !stack.temporal || !stack.workflowBundle) throw new Error('the test stack is not running (test/global-setup.ts)');
+  return stack as Required<typeof stack>;
+}
+
+export const uniqueName = (prefix: string) => `${prefix}_${randomBytes(4).toString('hex')}`;
+
+export async function createTestDatabase(prefix = 'test'): Promise<string> {
+  const { postgres } = requireStack();
+  const name = uniqueName(prefix).toLowerCase();
+  await ensureDatabase(postgres.adminUrl, name);
+  return postgres.urlFor(name);
+}
+
+export interface TestConnector extends RunningConnector {
+  adminKey: string;
+  taskQueue: string;
+  databaseUrl: string;
+}
+
+export async function startTestConnector(options: { name?: string; env?: Record<string, string> } = {}): Promise<TestConnector> {
+  const { temporal, workflowBundle } = requireStack();
+  const name = options.name ?? 'connector';
+  const databaseUrl = await createTestDatabase(name);
+  const taskQueue = uniqueName(`tq_${name}`);
+  const config = loadConfig({ PORT: '0', TEMPORAL_TASK_QUEUE: taskQueue, LOG_LEVEL: 'silent', DEMO_BACKEND: '0', ...options.env });
+  const connector = await startConnector(config, {
+    databaseUrl,
+    temporalAddress: temporal.address,
+    workflowBundle,
+    logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
+  });
+  if (!connector.initialAdminKey) throw new Error('a fresh test database must yield an initial admin key');
+  return { ...connector, adminKey: connector.initialAdminKey, taskQueue, databaseUrl };
+}

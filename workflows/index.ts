@@ -1,0 +1,2 @@
+// Every workflow type the worker runs. Workflow code is deterministic: see eslint.config.js.
+export { outboxDelivery } from './outbox-delivery.js';
