@@ -49,10 +49,22 @@ function accessLog(services: Services) {
   };
 }
 
+/** A body that is not JSON is refused rather than silently ignored (the caller would lose what it sent). */
+function requireJsonBodies() {
+  return async function refuseNonJsonBodies(ctx: Koa.Context, next: Koa.Next) {
+    const hasBody = Number(ctx.get('content-length') || 0) > 0 || ctx.get('transfer-encoding') !== '';
+    if (hasBody && !ctx.is('application/json', '+json')) {
+      throw new ApiError('invalid_request', 'the request body must be JSON (Content-Type: application/json)', { status: 415 });
+    }
+    await next();
+  };
+}
+
 export function managementRouter(services: Services): { router: Router; registry: RouteRegistry } {
   const registry: RouteRegistry = { prefix: '/api/v1', specs: [] };
   const router = new Router({ prefix: registry.prefix });
   router.use(managementErrors(services.logger));
+  router.use(requireJsonBodies());
   router.use(koaBody({ jsonLimit: '1mb', json: true, urlencoded: false, multipart: false, text: false, jsonStrict: true }));
   router.use(authenticate(apiKeyStore(services.db)));
   mount(router, registry, [
