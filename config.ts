@@ -28,6 +28,7 @@ export interface Config {
   roles: ConnectorRole[];
   logLevel: string;
   demoBackend: boolean;
+  demoBackendPort: number;
 }
 
 const schema = Joi.object({
@@ -36,7 +37,9 @@ const schema = Joi.object({
   PUBLIC_URL: Joi.string().uri({ scheme: ['http', 'https'] }),
   DATA_DIR: Joi.string().default(path.join(PROJECT_ROOT, 'data')),
   DATABASE_URL: Joi.string().uri({ scheme: ['postgres', 'postgresql'] }),
-  TEMPORAL_ADDRESS: Joi.string().pattern(/^[^\s:]+:\d+$/).message('"TEMPORAL_ADDRESS" must be host:port'),
+  TEMPORAL_ADDRESS: Joi.string()
+    .pattern(/^[^\s:]+:\d+$/)
+    .message('"TEMPORAL_ADDRESS" must be host:port'),
   TEMPORAL_NAMESPACE: Joi.string().default('default'),
   TEMPORAL_TASK_QUEUE: Joi.string().default('connector'),
   TEMPORAL_CLI: Joi.string(),
@@ -48,6 +51,7 @@ const schema = Joi.object({
     .default(CONNECTOR_ROLES.join(',')),
   LOG_LEVEL: Joi.string().valid('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent').default('info'),
   DEMO_BACKEND: Joi.boolean().truthy('1').falsy('0').default(true),
+  DEMO_BACKEND_PORT: Joi.number().integer().min(0).max(65535).default(8090),
 }).unknown(true);
 
 export class ConfigError extends Error {
@@ -59,6 +63,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const given = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ''));
   const { error, value } = schema.validate(given, { abortEarly: true, errors: { wrap: { label: '"' } } });
   if (error) throw new ConfigError(`configuration: ${error.message}`);
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- joi has validated and defaulted every field above
   const v = value as Record<string, any>;
   return {
     port: v.PORT,
@@ -77,5 +82,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     roles: [...new Set(String(v.CONNECTOR_ROLES).split(','))] as ConnectorRole[],
     logLevel: v.LOG_LEVEL,
     demoBackend: v.DEMO_BACKEND,
+    demoBackendPort: v.DEMO_BACKEND_PORT,
   };
 }

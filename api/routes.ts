@@ -25,7 +25,13 @@ export interface RouteSpec<P = Record<string, string>, Q = Record<string, unknow
   status?: number;
   /** Codes this operation answers with besides the generic ones, for the document. */
   errors?: string[];
-  handler: (req: { params: P; query: Q; body: B; caller: Caller | undefined; ctx: Context }) => Promise<unknown>;
+  handler: (req: {
+    params: P;
+    query: Q;
+    body: B;
+    caller: Caller | undefined;
+    ctx: Context;
+  }) => Promise<unknown>;
 }
 
 export interface RouteRegistry {
@@ -49,14 +55,20 @@ export function mount(router: Router, registry: RouteRegistry, specs: AnyRoute[]
     router[spec.method](spec.path, async function handleRoute(ctx) {
       const caller = ctx.state.caller as Caller | undefined;
       if (spec.role !== null) {
-        if (!caller) throw new ApiError('unauthenticated', 'a valid API key is required (Authorization: Bearer <key>)');
+        if (!caller)
+          throw new ApiError('unauthenticated', 'a valid API key is required (Authorization: Bearer <key>)');
         if (!roleAtLeast(caller.role, spec.role)) {
-          throw new ApiError('forbidden', `this operation needs the ${spec.role} role; the key has ${caller.role}`);
+          throw new ApiError(
+            'forbidden',
+            `this operation needs the ${spec.role} role; the key has ${caller.role}`,
+          );
         }
       }
       const params = spec.params ? validate(spec.params, ctx.params, 'path') : ctx.params;
       const query = spec.query ? validate(spec.query, ctx.query, 'query') : ctx.query;
-      const body = spec.body ? validate(spec.body, (ctx.request as { body?: unknown }).body ?? {}, 'body') : undefined;
+      const body = spec.body
+        ? validate(spec.body, (ctx.request as { body?: unknown }).body ?? {}, 'body')
+        : undefined;
       const result = await spec.handler({ params, query, body, caller, ctx });
       ctx.status = spec.status ?? 200;
       if (result !== undefined) ctx.body = result;

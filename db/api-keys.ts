@@ -61,7 +61,12 @@ export function apiKeyStore(db: Db) {
     async touch(id: string) {
       await db('api_keys')
         .where({ id })
-        .andWhere((q) => void q.whereNull('last_used_at').orWhere('last_used_at', '<', db.raw("now() - interval '1 minute'")))
+        .andWhere(
+          (q) =>
+            void q
+              .whereNull('last_used_at')
+              .orWhere('last_used_at', '<', db.raw("now() - interval '1 minute'")),
+        )
         .update({ last_used_at: db.fn.now() });
     },
   };

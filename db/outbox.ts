@@ -83,12 +83,18 @@ export function outboxStore(db: Db) {
         });
     },
     async markDelivered(id: number, status: number) {
-      await db('outbox')
-        .where({ id })
-        .update({ status: 'delivered', delivered_at: db.fn.now(), response_status: status, last_error: null });
+      await db('outbox').where({ id }).update({
+        status: 'delivered',
+        delivered_at: db.fn.now(),
+        response_status: status,
+        last_error: null,
+      });
     },
     async markDropped(id: number, error: string) {
-      await db('outbox').where({ id }).whereNot({ status: 'delivered' }).update({ status: 'dropped', last_error: error });
+      await db('outbox')
+        .where({ id })
+        .whereNot({ status: 'delivered' })
+        .update({ status: 'dropped', last_error: error });
     },
     /** A resend puts a dropped or pending message back to pending; a delivered one stays delivered. */
     async markResent(id: number): Promise<OutboxRow | undefined> {
@@ -101,7 +107,10 @@ export function outboxStore(db: Db) {
     },
     /** Our undelivered messages of a process, oldest first. */
     async undelivered(processId: string): Promise<OutboxRow[]> {
-      const rows = (await db('outbox').where({ process_id: processId }).whereNot({ status: 'delivered' }).orderBy('id')) as Row[];
+      const rows = (await db('outbox')
+        .where({ process_id: processId })
+        .whereNot({ status: 'delivered' })
+        .orderBy('id')) as Row[];
       return rows.map(toOutboxRow);
     },
   };

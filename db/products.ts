@@ -91,7 +91,10 @@ export function productStore(db: Db | Knex.Transaction) {
     },
     list: (page: PageRequest) => pageBySeq(db('products'), page, toRecord),
     /** Products delivered from a source that use any of the given objects. */
-    async usingObjects(sourceId: string, objects: string[]): Promise<Array<{ id: string; objects: string[] }>> {
+    async usingObjects(
+      sourceId: string,
+      objects: string[],
+    ): Promise<Array<{ id: string; objects: string[] }>> {
       if (objects.length === 0) return [];
       return (await db('products')
         .select('id', 'objects')

@@ -4,7 +4,7 @@ import type { Db } from './knex.js';
 export function settingsStore(db: Db) {
   return {
     async get<T>(key: string): Promise<T | undefined> {
-      const row = (await db('settings').where({ key }).first('value')) as { value: T } | undefined;
+      const row: { value: T } | undefined = await db('settings').where({ key }).first('value');
       return row?.value;
     },
     async put<T>(key: string, value: T): Promise<void> {

@@ -41,7 +41,15 @@ function postgresIds(): { uid: number; gid: number } | undefined {
 
 /** Whether the `postgres` user can reach (search) a directory: every ancestor needs the x bit for it. */
 function reachableByPostgres(dir: string): boolean {
-  const r = spawnSync('setpriv', [`--reuid=${USER}`, `--regid=${USER}`, '--clear-groups', '--', 'test', '-x', dir]);
+  const r = spawnSync('setpriv', [
+    `--reuid=${USER}`,
+    `--regid=${USER}`,
+    '--clear-groups',
+    '--',
+    'test',
+    '-x',
+    dir,
+  ]);
   return r.status === 0;
 }
 
@@ -56,7 +64,10 @@ function placeCluster(dataDir: string, ids: { uid: number; gid: number } | undef
   const home = path.join(dataDir, 'postgres');
   fs.mkdirSync(dataDir, { recursive: true });
   if (ids && !reachableByPostgres(dataDir)) {
-    const outside = path.join('/var/lib/building-connector', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
+    const outside = path.join(
+      '/var/lib/building-connector',
+      createHash('sha256').update(dataDir).digest('hex').slice(0, 16),
+    );
     fs.mkdirSync(outside, { recursive: true, mode: 0o755 });
     fs.chmodSync(path.dirname(outside), 0o755);
     fs.chownSync(outside, ids.uid, ids.gid);
@@ -94,7 +105,9 @@ export async function startEmbeddedPostgres(options: {
 
   const running = runningServerPid(clusterDir);
   if (running) {
-    throw new Error(`the database in ${clusterDir} is in use by another process (pid ${running}); is a connector with this DATA_DIR already running?`);
+    throw new Error(
+      `the database in ${clusterDir} is in use by another process (pid ${running}); is a connector with this DATA_DIR already running?`,
+    );
   }
 
   if (!fs.existsSync(path.join(clusterDir, 'PG_VERSION'))) {
@@ -120,12 +133,19 @@ export async function startEmbeddedPostgres(options: {
   const out = fs.openSync(logFile, 'a');
   if (ids) fs.fchownSync(out, ids.uid, ids.gid);
   const flags = [
-    '-D', clusterDir,
-    '-p', String(port),
-    '-c', 'listen_addresses=127.0.0.1',
-    '-c', 'unix_socket_directories=',
-    '-c', 'max_connections=200',
-    ...(options.ephemeral ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
+    '-D',
+    clusterDir,
+    '-p',
+    String(port),
+    '-c',
+    'listen_addresses=127.0.0.1',
+    '-c',
+    'unix_socket_directories=',
+    '-c',
+    'max_connections=200',
+    ...(options.ephemeral
+      ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']
+      : []),
   ];
   const child: ChildProcess = spawnBound(postgres, flags, {
     deathSignal: 'INT',

@@ -7,13 +7,19 @@ import net from 'node:net';
 import fs from 'node:fs';
 
 const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => fs.existsSync(p));
-const setprivHasDeathSignal = setpriv ? spawnSync(setpriv, ['--help'], { encoding: 'utf8' }).stdout.includes('pdeathsig') : false;
+const setprivHasDeathSignal = setpriv
+  ? spawnSync(setpriv, ['--help'], { encoding: 'utf8' }).stdout.includes('pdeathsig')
+  : false;
 
 /**
  * Spawns `command` so that it dies with us. `signal` is what the child gets when we die
  * (PostgreSQL: SIGINT = fast shutdown; the Temporal CLI: SIGTERM).
  */
-export function spawnBound(command: string, args: string[], options: SpawnOptions & { deathSignal?: string } = {}): ChildProcess {
+export function spawnBound(
+  command: string,
+  args: string[],
+  options: SpawnOptions & { deathSignal?: string } = {},
+): ChildProcess {
   const { deathSignal = 'TERM', ...rest } = options;
   if (setpriv && setprivHasDeathSignal) {
     return spawn(setpriv, [`--pdeathsig=${deathSignal}`, '--', command, ...args], rest);
@@ -43,7 +49,11 @@ export function portIsFree(port: number, host = '127.0.0.1'): Promise<boolean> {
 }
 
 /** Polls `check` until it succeeds or the deadline passes; no fixed sleeps. */
-export async function waitUntil(what: string, check: () => Promise<boolean>, options: { timeoutMs: number; intervalMs?: number; child?: ChildProcess }) {
+export async function waitUntil(
+  what: string,
+  check: () => Promise<boolean>,
+  options: { timeoutMs: number; intervalMs?: number; child?: ChildProcess },
+) {
   const deadline = Date.now() + options.timeoutMs;
   let interval = options.intervalMs ?? 50;
   for (;;) {
@@ -51,7 +61,8 @@ export async function waitUntil(what: string, check: () => Promise<boolean>, opt
       throw new Error(`${what} exited with code ${options.child.exitCode} before it was ready`);
     }
     if (await check().catch(() => false)) return;
-    if (Date.now() > deadline) throw new Error(`${what} was not ready after ${Math.round(options.timeoutMs / 1000)} s`);
+    if (Date.now() > deadline)
+      throw new Error(`${what} was not ready after ${Math.round(options.timeoutMs / 1000)} s`);
     await new Promise((r) => setTimeout(r, interval));
     interval = Math.min(interval * 1.5, 500);
   }

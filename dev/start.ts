@@ -12,6 +12,7 @@ import { ensureDatabase } from '../db/knex.js';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from './postgres.js';
 import { resolveTemporalCli, startTemporalDevServer, type TemporalDevServer } from './temporal.js';
 import { startBuildingBackend, DEMO_BACKEND_KEY } from './building-backend/index.js';
+import { portIsFree } from './processes.js';
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -28,14 +29,18 @@ async function main() {
     throw err;
   }
   fs.mkdirSync(config.dataDir, { recursive: true });
-  const logger = pino({ level: config.logLevel }, pino.destination({ dest: path.join(config.dataDir, 'connector.log'), sync: false }));
+  const logger = pino(
+    { level: config.logLevel },
+    pino.destination({ dest: path.join(config.dataDir, 'connector.log'), sync: false }),
+  );
   const stops: Array<() => Promise<void>> = [];
   let stopping = false;
   const stopAll = async (code: number) => {
     if (stopping) return;
     stopping = true;
     say('stopping…');
-    for (const stop of stops.reverse()) await stop().catch((err: unknown) => say(`while stopping: ${String(err)}`));
+    for (const stop of stops.reverse())
+      await stop().catch((err: unknown) => say(`while stopping: ${String(err)}`));
     process.exit(code);
   };
   process.once('SIGINT', () => void stopAll(0));
@@ -71,13 +76,20 @@ async function main() {
 
     let backendUrl: string | null = null;
     if (config.demoBackend) {
-      const backend = await startBuildingBackend({ keys: { [DEMO_BACKEND_KEY]: '*' } });
+      // A stable port, so that a source registered against it keeps working after a restart.
+      const port = (await portIsFree(config.demoBackendPort)) ? config.demoBackendPort : 0;
+      if (port === 0) say(`port ${config.demoBackendPort} is taken; the sample backend gets a free port`);
+      const backend = await startBuildingBackend({ keys: { [DEMO_BACKEND_KEY]: '*' } }, port);
       stops.push(() => backend.close());
       backendUrl = backend.url;
     }
 
     say('starting the connector…');
-    const connector: RunningConnector = await startConnector(config, { databaseUrl, temporalAddress, logger });
+    const connector: RunningConnector = await startConnector(config, {
+      databaseUrl,
+      temporalAddress,
+      logger,
+    });
     stops.push(() => connector.stop());
 
     const lines = [

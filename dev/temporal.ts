@@ -32,12 +32,17 @@ function onPath(name: string): string | undefined {
   return undefined;
 }
 
-const works = (binary: string) => spawnSync(binary, ['--version'], { encoding: 'utf8', timeout: 20_000 }).status === 0;
+const works = (binary: string) =>
+  spawnSync(binary, ['--version'], { encoding: 'utf8', timeout: 20_000 }).status === 0;
 
 /** Resolves the CLI, building it when needed. `say` shows progress to the person waiting. */
-export async function resolveTemporalCli(options: { explicit?: string | null; say: (line: string) => void }): Promise<string> {
+export async function resolveTemporalCli(options: {
+  explicit?: string | null;
+  say: (line: string) => void;
+}): Promise<string> {
   if (options.explicit) {
-    if (!works(options.explicit)) throw new Error(`TEMPORAL_CLI=${options.explicit} is not a working temporal binary`);
+    if (!works(options.explicit))
+      throw new Error(`TEMPORAL_CLI=${options.explicit} is not a working temporal binary`);
     return options.explicit;
   }
   const fromPath = onPath('temporal');
@@ -77,10 +82,14 @@ async function buildTemporalCli(target: string, say: (line: string) => void): Pr
         continue;
       }
       say(`waiting for another process (pid ${holder || '?'}) that is building the Temporal CLI…`);
-      await waitUntil('the Temporal CLI build of another process', async () => !fs.existsSync(lock), {
-        timeoutMs: 30 * 60_000,
-        intervalMs: 1000,
-      });
+      await waitUntil(
+        'the Temporal CLI build of another process',
+        () => Promise.resolve(!fs.existsSync(lock)),
+        {
+          timeoutMs: 30 * 60_000,
+          intervalMs: 1000,
+        },
+      );
       if (fs.existsSync(target) && works(target)) return target;
     }
   }
@@ -103,7 +112,9 @@ async function buildTemporalCli(target: string, say: (line: string) => void): Pr
           if (!line.startsWith('go: downloading')) packages++;
           if (Date.now() - lastSaid > 15_000) {
             lastSaid = Date.now();
-            say(`  …still building: ${packages} packages compiled, ${Math.round((Date.now() - started) / 1000)} s`);
+            say(
+              `  …still building: ${packages} packages compiled, ${Math.round((Date.now() - started) / 1000)} s`,
+            );
           }
         }
       };
@@ -149,13 +160,20 @@ export async function startTemporalDevServer(options: {
   logFile?: string;
 }): Promise<TemporalDevServer> {
   const port = options.port ?? ((await portIsFree(7233)) && !options.headless ? 7233 : await freePort());
-  const uiPort = options.headless ? null : (options.uiPort ?? ((await portIsFree(port + 1000)) ? port + 1000 : await freePort()));
+  const uiPort = options.headless
+    ? null
+    : (options.uiPort ?? ((await portIsFree(port + 1000)) ? port + 1000 : await freePort()));
   const args = [
-    'server', 'start-dev',
-    '--ip', '127.0.0.1',
-    '--port', String(port),
-    '--log-level', 'warn',
-    '--namespace', options.namespace ?? 'default',
+    'server',
+    'start-dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--log-level',
+    'warn',
+    '--namespace',
+    options.namespace ?? 'default',
     ...SEARCH_ATTRIBUTES.flatMap((a) => ['--search-attribute', `${a.name}=${a.type}`]),
   ];
   if (options.dbFile) {

@@ -42,7 +42,11 @@ export class ApiError extends Error {
   /** The field at fault, when one is (e.g. `backend.allowed_methods`). */
   readonly target: string | undefined;
 
-  constructor(code: ErrorCode, message: string, options: { status?: number; target?: string; cause?: unknown } = {}) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { status?: number; target?: string; cause?: unknown } = {},
+  ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'ApiError';
     this.code = code;
@@ -53,5 +57,6 @@ export class ApiError extends Error {
 
 export const invalidRequest = (message: string, target?: string): ApiError =>
   new ApiError('invalid_request', target ? `${target}: ${message}` : message, target ? { target } : {});
-export const notFound = (what: string, id: string): ApiError => new ApiError('not_found', `${what} '${id}' does not exist`);
+export const notFound = (what: string, id: string): ApiError =>
+  new ApiError('not_found', `${what} '${id}' does not exist`);
 export const conflict = (message: string): ApiError => new ApiError('conflict', message);

@@ -9,7 +9,11 @@ export interface DeliveryRetry {
   maxAttempts: number;
 }
 
-export const DEFAULT_DELIVERY_RETRY: DeliveryRetry = { initialIntervalMs: 1_000, maxIntervalMs: 60_000, maxAttempts: 12 };
+export const DEFAULT_DELIVERY_RETRY: DeliveryRetry = {
+  initialIntervalMs: 1_000,
+  maxIntervalMs: 60_000,
+  maxAttempts: 12,
+};
 
 /** Delay before attempt `attempt + 1`, after `attempt` failed attempts (1-based). */
 export function retryDelayMs(attempt: number, policy: DeliveryRetry): number {
@@ -20,4 +24,5 @@ export function retryDelayMs(attempt: number, policy: DeliveryRetry): number {
  * Whether a peer's answer may turn out differently later. 4xx answers are final except
  * timeouts, rate limits and conflicts (a peer may not yet have processed our previous message).
  */
-export const isRetryableStatus = (status: number): boolean => status >= 500 || [408, 409, 425, 429].includes(status);
+export const isRetryableStatus = (status: number): boolean =>
+  status >= 500 || [408, 409, 425, 429].includes(status);

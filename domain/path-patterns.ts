@@ -43,4 +43,5 @@ export function matchesPattern(pattern: string, path: string): boolean {
   return segments.length === parts.length;
 }
 
-export const pathAllowed = (patterns: string[], path: string): boolean => patterns.some((p) => matchesPattern(p, path));
+export const pathAllowed = (patterns: string[], path: string): boolean =>
+  patterns.some((p) => matchesPattern(p, path));

@@ -52,7 +52,8 @@ const LISTS: readonly Operator[] = ['isAnyOf', 'isNoneOf'];
 export function constraintProblem(c: Constraint): string | null {
   const isList = Array.isArray(c.right_operand);
   if (LISTS.includes(c.operator)) {
-    if (!isList || (c.right_operand as string[]).length === 0) return `operator ${c.operator} needs a non-empty list of strings`;
+    if (!isList || (c.right_operand as string[]).length === 0)
+      return `operator ${c.operator} needs a non-empty list of strings`;
   } else if (isList) {
     return `operator ${c.operator} needs a single value, not a list`;
   }
@@ -120,13 +121,19 @@ function constraintText(c: Constraint): string {
   const v = c.right_operand;
   switch (c.left_operand) {
     case 'pl:membership':
-      return c.operator === 'isNoneOf' ? `whose membership is not ${valueText(v)}` : `with ${valueText(v)} membership`;
+      return c.operator === 'isNoneOf'
+        ? `whose membership is not ${valueText(v)}`
+        : `with ${valueText(v)} membership`;
     case 'pl:role':
-      return c.operator === 'isNoneOf' ? `not holding the role ${valueText(v)}` : `holding the role ${valueText(v)}`;
+      return c.operator === 'isNoneOf'
+        ? `not holding the role ${valueText(v)}`
+        : `holding the role ${valueText(v)}`;
     case 'pl:participant':
       return c.operator === 'isNoneOf' ? `other than ${valueText(v)}` : `namely ${valueText(v)}`;
     case 'odrl:purpose':
-      return c.operator === 'isNoneOf' ? `for any purpose but ${valueText(v)}` : `for the purpose ${valueText(v)}`;
+      return c.operator === 'isNoneOf'
+        ? `for any purpose but ${valueText(v)}`
+        : `for the purpose ${valueText(v)}`;
     case 'pl:signedRequests':
       return v === true ? 'with signed requests' : 'without signed requests';
     case 'odrl:dateTime':
@@ -146,9 +153,12 @@ function constraintText(c: Constraint): string {
 }
 
 function ruleText(rule: Rule): string {
-  const parties = rule.constraints.filter((c) => ['pl:membership', 'pl:role', 'pl:participant'].includes(c.left_operand));
+  const parties = rule.constraints.filter((c) =>
+    ['pl:membership', 'pl:role', 'pl:participant'].includes(c.left_operand),
+  );
   const rest = rule.constraints.filter((c) => !parties.includes(c));
-  const who = parties.length === 0 ? 'any participant' : `participants ${parties.map(constraintText).join(' and ')}`;
+  const who =
+    parties.length === 0 ? 'any participant' : `participants ${parties.map(constraintText).join(' and ')}`;
   const conditions = rest.map(constraintText);
   return [who, rule.action, ...conditions].join(' ');
 }
@@ -162,7 +172,10 @@ export function summarize(rules: PolicyRules): string {
     sentences.push(`${text.charAt(0).toUpperCase()}${text.slice(1)}.`);
   }
   for (const rule of rules.prohibitions) {
-    const text = ruleText(rule).replace(new RegExp(` ${rule.action}( |$)`), ` may not ${rule.action} the data$1`);
+    const text = ruleText(rule).replace(
+      new RegExp(` ${rule.action}( |$)`),
+      ` may not ${rule.action} the data$1`,
+    );
     sentences.push(`${text.charAt(0).toUpperCase()}${text.slice(1)}.`);
   }
   for (const rule of rules.obligations) {

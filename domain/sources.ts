@@ -52,7 +52,11 @@ export interface SourceRecord {
   created_at: string;
 }
 
-export const defaultLink = (object: string): LinkDetail => ({ local_id: object, auth_header_value: null, provides: 'data' });
+export const defaultLink = (object: string): LinkDetail => ({
+  local_id: object,
+  auth_header_value: null,
+  provides: 'data',
+});
 
 /**
  * Merges the two forms of links (array of Link, map on the binding) into one resolved detail
@@ -66,7 +70,8 @@ export function resolveLinks(
 ): Record<string, LinkDetail> {
   const given = new Map<string, { input: LinkInput; field: string }>();
   (linkArray ?? []).forEach((link, i) => {
-    if (given.has(link.object)) throw invalidRequest(`object '${link.object}' is linked twice`, `links[${i}].object`);
+    if (given.has(link.object))
+      throw invalidRequest(`object '${link.object}' is linked twice`, `links[${i}].object`);
     given.set(link.object, { input: link, field: `links[${i}]` });
   });
   for (const [object, input] of Object.entries(linkMap ?? {})) {
@@ -78,7 +83,8 @@ export function resolveLinks(
     given.set(object, { input, field });
   }
   for (const [object, { field }] of given) {
-    if (!objects.includes(object)) throw invalidRequest(`'${object}' is not one of the source's objects`, `${field}`);
+    if (!objects.includes(object))
+      throw invalidRequest(`'${object}' is not one of the source's objects`, `${field}`);
   }
   const links: Record<string, LinkDetail> = {};
   for (const object of objects) {
@@ -92,7 +98,8 @@ export function resolveLinks(
     let key: string | null = input.auth_header_value ?? null;
     if (isMasked(key)) {
       const kept = stored[object]?.auth_header_value;
-      if (!kept) throw invalidRequest('is masked but no key is stored for this object', `${field}.auth_header_value`);
+      if (!kept)
+        throw invalidRequest('is masked but no key is stored for this object', `${field}.auth_header_value`);
       key = kept;
     }
     links[object] = {
@@ -105,7 +112,11 @@ export function resolveLinks(
 }
 
 function normalizeInput(input: LinkInput): LinkInput {
-  return { local_id: input.local_id ?? null, auth_header_value: input.auth_header_value ?? null, provides: input.provides ?? null };
+  return {
+    local_id: input.local_id ?? null,
+    auth_header_value: input.auth_header_value ?? null,
+    provides: input.provides ?? null,
+  };
 }
 
 /** What differs from the defaults, for output (only links that differ are listed). */
@@ -142,10 +153,13 @@ export function linkPaths(links: Record<string, LinkDetail>): string[] {
  * The allowed paths in force: on a platform source the links fill them (plus any given);
  * an empty list lets nothing through.
  */
-export function effectiveAllowedPaths(source: Pick<SourceRecord, 'protocol' | 'backend' | 'links'>): string[] {
+export function effectiveAllowedPaths(
+  source: Pick<SourceRecord, 'protocol' | 'backend' | 'links'>,
+): string[] {
   const explicit = source.backend?.allowed_paths ?? [];
   return source.protocol === 'platform' ? [...new Set([...explicit, ...linkPaths(source.links)])] : explicit;
 }
 
 /** The objects that a change of a source drops. */
-export const droppedObjects = (before: string[], after: string[]): string[] => before.filter((o) => !after.includes(o));
+export const droppedObjects = (before: string[], after: string[]): string[] =>
+  before.filter((o) => !after.includes(o));

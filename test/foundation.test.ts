@@ -16,6 +16,9 @@ describe('connector process', () => {
     expect(health.body).to.deep.equal({ status: 'ok' });
     const ready = await http.get('/readyz');
     expect(ready.status).to.equal(200);
-    expect(ready.body).to.deep.equal({ status: 'ready', checks: { database: 'ok', temporal: 'ok', worker: 'ok' } });
+    expect(ready.body).to.deep.equal({
+      status: 'ready',
+      checks: { database: 'ok', temporal: 'ok', worker: 'ok' },
+    });
   });
 });

@@ -18,7 +18,9 @@ export async function mochaGlobalSetup() {
     bundleWorkflows(),
   ]);
   Object.assign(stack, { postgres, temporal, workflowBundle });
-  say(`PostgreSQL on port ${postgres.port}, Temporal at ${temporal.address}, ready in ${Date.now() - started} ms`);
+  say(
+    `PostgreSQL on port ${postgres.port}, Temporal at ${temporal.address}, ready in ${Date.now() - started} ms`,
+  );
 }
 
 export async function mochaGlobalTeardown() {

@@ -35,7 +35,8 @@ export async function outboxDelivery(input: OutboxDeliveryInput): Promise<Outbox
     return { delivered: true, status };
   } catch (err) {
     const cause = err instanceof ActivityFailure ? err.cause : err;
-    const reason = cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
+    const reason =
+      cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
     const error = `message not delivered after retries: ${reason}`;
     await dropOutboxMessage(input.outboxId, error);
     return { delivered: false, error };

@@ -12,7 +12,9 @@ import { apiKeyStore } from '../../db/api-keys.js';
 const keyOutput = Joi.object({
   id: Joi.string().required(),
   name: Joi.string().required(),
-  role: Joi.string().valid(...ROLES).required(),
+  role: Joi.string()
+    .valid(...ROLES)
+    .required(),
   scopes: Joi.array().items(Joi.string()),
   created_at: dateTime(),
   last_used_at: dateTime().allow(null),

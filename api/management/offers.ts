@@ -46,9 +46,11 @@ export function offerRoutes(services: Services) {
 
   /** Every reference must exist; the field that names a missing one is reported. */
   async function checkReferences(body: OfferInput) {
-    if (!(await productStore(db).exists(body.asset_id))) throw invalidRequest(`no product '${body.asset_id}'`, 'asset_id');
+    if (!(await productStore(db).exists(body.asset_id)))
+      throw invalidRequest(`no product '${body.asset_id}'`, 'asset_id');
     for (const field of ['access_policy_id', 'contract_policy_id'] as const) {
-      if (!(await policyStore(db).exists(body[field]))) throw invalidRequest(`no policy '${body[field]}'`, field);
+      if (!(await policyStore(db).exists(body[field])))
+        throw invalidRequest(`no policy '${body[field]}'`, field);
     }
   }
 
@@ -112,14 +114,16 @@ export function offerRoutes(services: Services) {
     route<{ id: string }, never, OfferInput>({
       method: 'put',
       path: '/offers/:id',
-      summary: 'Replace an offer; switching to automatic approval leaves requests already waiting as they are',
+      summary:
+        'Replace an offer; switching to automatic approval leaves requests already waiting as they are',
       tag: 'offers',
       role: 'operator',
       params: idParams,
       body: offerBody,
       response: offerOutput,
       async handler({ params, body }) {
-        if (body.id && body.id !== params.id) throw invalidRequest(`must be '${params.id}' or left out`, 'id');
+        if (body.id && body.id !== params.id)
+          throw invalidRequest(`must be '${params.id}' or left out`, 'id');
         if (!(await offerStore(db).get(params.id))) throw notFound('offer', params.id);
         await checkReferences(body);
         const offer = await offerStore(db).replace({

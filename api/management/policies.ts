@@ -97,7 +97,11 @@ function checkConstraints(body: Required<Pick<PolicyInput, 'permissions' | 'proh
 export function policyRoutes(services: Services) {
   const { db } = services;
   return [
-    route<never, never, Required<Pick<PolicyInput, 'permissions' | 'prohibitions' | 'obligations'>> & PolicyInput>({
+    route<
+      never,
+      never,
+      Required<Pick<PolicyInput, 'permissions' | 'prohibitions' | 'obligations'>> & PolicyInput
+    >({
       method: 'post',
       path: '/policies',
       summary: 'Create a policy',

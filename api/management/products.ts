@@ -9,7 +9,13 @@ import { ApiError, conflict, invalidRequest, notFound } from '../../domain/error
 import { idFromName } from '../../domain/ids.js';
 import { isMasked } from '../../domain/masking.js';
 import { DATA_PROFILE, PROFILES, TOPOLOGY_PROFILE } from '../../domain/profiles.js';
-import { defaultLink, maskedBinding, type BackendBinding, type BackendInput, type SourceRecord } from '../../domain/sources.js';
+import {
+  defaultLink,
+  maskedBinding,
+  type BackendBinding,
+  type BackendInput,
+  type SourceRecord,
+} from '../../domain/sources.js';
 import { toRfc3339 } from '../../domain/time.js';
 import { productStore, type ProductRecord, type Selection } from '../../db/products.js';
 import { sourceStore } from '../../db/sources.js';
@@ -153,15 +159,20 @@ function deriveProfile(objects: string[], source: SourceRecord | undefined): str
 function deriveSort(profile: string, sel: Selection, objects: string[], points: string[] | null): string {
   if (profile === TOPOLOGY_PROFILE) return 'Building topology';
   const buildings = objects.length === 1 ? '1 building' : `${objects.length} buildings`;
-  return sel.kind === 'points' ? `${points?.length ?? 0} selected points of ${buildings}` : `All points of ${buildings}`;
+  return sel.kind === 'points'
+    ? `${points?.length ?? 0} selected points of ${buildings}`
+    : `All points of ${buildings}`;
 }
 
 function ownBackend(input: BackendInput, stored: BackendBinding | null): BackendBinding {
-  if (!input.allowed_methods?.length) throw invalidRequest('needs at least one method', 'backend.allowed_methods');
-  if (!input.allowed_paths?.length) throw invalidRequest('needs at least one path pattern', 'backend.allowed_paths');
+  if (!input.allowed_methods?.length)
+    throw invalidRequest('needs at least one method', 'backend.allowed_methods');
+  if (!input.allowed_paths?.length)
+    throw invalidRequest('needs at least one path pattern', 'backend.allowed_paths');
   let key = input.auth_header_value ?? null;
   if (isMasked(key)) {
-    if (!stored?.auth_header_value) throw invalidRequest('is masked but no key is stored', 'backend.auth_header_value');
+    if (!stored?.auth_header_value)
+      throw invalidRequest('is masked but no key is stored', 'backend.auth_header_value');
     key = stored.auth_header_value;
   }
   return {
@@ -177,7 +188,12 @@ function ownBackend(input: BackendInput, stored: BackendBinding | null): Backend
  * Reads the point lists of the product's objects from the backend and checks the chosen
  * points against them. Fails with `upstream_unavailable` when the backend cannot be read.
  */
-async function resolvePoints(chosen: string[], objects: string[], source: SourceRecord | undefined, backend: BackendBinding | null) {
+async function resolvePoints(
+  chosen: string[],
+  objects: string[],
+  source: SourceRecord | undefined,
+  backend: BackendBinding | null,
+) {
   const binding = source?.backend ?? backend;
   if (!binding) {
     throw invalidRequest('a points selection needs a source or backend to read the points from', 'selection');
@@ -197,7 +213,8 @@ async function resolvePoints(chosen: string[], objects: string[], source: Source
     }
   }
   const missing = chosen.findIndex((p) => !known.has(p));
-  if (missing >= 0) throw invalidRequest(`no point '${chosen[missing]}' in the product's objects`, `points[${missing}]`);
+  if (missing >= 0)
+    throw invalidRequest(`no point '${chosen[missing]}' in the product's objects`, `points[${missing}]`);
   return chosen;
 }
 
@@ -215,7 +232,10 @@ async function buildProduct(
   let delegationId = input.delegation_id ?? null;
   if (stored) {
     if (input.source_id && input.source_id !== stored.source_id) {
-      throw invalidRequest(`the delivery of a product stays as it is; it is '${stored.source_id}'`, 'source_id');
+      throw invalidRequest(
+        `the delivery of a product stays as it is; it is '${stored.source_id}'`,
+        'source_id',
+      );
     }
     if (input.delegation_id && input.delegation_id !== stored.delegation_id) {
       throw invalidRequest('is set at creation only', 'delegation_id');
@@ -226,9 +246,14 @@ async function buildProduct(
     // Delegations (deliveries by a supplier) arrive with the delegation feature; none exists yet.
     throw invalidRequest(`no delegation '${delegationId}'`, 'delegation_id');
   }
-  const backend = input.backend ? ownBackend(input.backend, stored?.backend ?? null) : (stored?.backend ?? null);
+  const backend = input.backend
+    ? ownBackend(input.backend, stored?.backend ?? null)
+    : (stored?.backend ?? null);
   if (!sourceId && !backend && !delegationId) {
-    throw invalidRequest('a product needs a source that delivers it (source_id) or its own backend', 'source_id');
+    throw invalidRequest(
+      'a product needs a source that delivers it (source_id) or its own backend',
+      'source_id',
+    );
   }
 
   let source: SourceRecord | undefined;
@@ -349,7 +374,8 @@ export function productRoutes(services: Services) {
     route<{ id: string }, never, ProductInput>({
       method: 'put',
       path: '/products/:id',
-      summary: 'Replace a product; its delivery stays as it is and an unchanged selection keeps its point list',
+      summary:
+        'Replace a product; its delivery stays as it is and an unchanged selection keeps its point list',
       tag: 'products',
       role: 'operator',
       params: idParams,
@@ -357,7 +383,8 @@ export function productRoutes(services: Services) {
       response: productOutput,
       errors: ['upstream_unavailable'],
       async handler({ params, body }) {
-        if (body.id && body.id !== params.id) throw invalidRequest(`must be '${params.id}' or left out`, 'id');
+        if (body.id && body.id !== params.id)
+          throw invalidRequest(`must be '${params.id}' or left out`, 'id');
         return db.transaction(async (trx) => {
           const stored = await trx('products').where({ id: params.id }).forUpdate().first('id');
           const current = stored ? await productStore(trx).get(params.id) : undefined;

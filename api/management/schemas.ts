@@ -9,9 +9,9 @@ import { nullableString } from '../validation.js';
 export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
 export const resourceId = () =>
-  Joi.string()
-    .pattern(RESOURCE_ID_PATTERN)
-    .messages({ 'string.pattern.base': 'must start with a letter or digit and use only letters, digits, . _ : -' });
+  Joi.string().pattern(RESOURCE_ID_PATTERN).messages({
+    'string.pattern.base': 'must start with a letter or digit and use only letters, digits, . _ : -',
+  });
 
 export const idParams = Joi.object({ id: Joi.string().min(1).max(256).required() });
 
@@ -37,7 +37,9 @@ const pathPattern = Joi.string()
     return problem ? h.message({ custom: `'${v}' ${problem}` }) : v;
   });
 
-const headerName = Joi.string().pattern(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/).messages({ 'string.pattern.base': 'must be an HTTP header name' });
+const headerName = Joi.string()
+  .pattern(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/)
+  .messages({ 'string.pattern.base': 'must be an HTTP header name' });
 
 export const linkDetail = Joi.object({
   local_id: Joi.string().min(1).allow(null),
@@ -50,7 +52,9 @@ export const linkDetail = Joi.object({
 export const link = linkDetail.keys({ object: Joi.string().min(1).required() });
 
 export const backendBinding = Joi.object({
-  base_url: Joi.string().uri({ scheme: ['http', 'https'] }).required(),
+  base_url: Joi.string()
+    .uri({ scheme: ['http', 'https'] })
+    .required(),
   auth_header_name: headerName.allow(null),
   auth_header_value: nullableString(),
   allowed_methods: Joi.array()

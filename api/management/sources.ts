@@ -78,14 +78,21 @@ export function presentSource(s: SourceRecord) {
  * Turns a request into a stored source. `stored` is the current source on a replace, so that
  * masked keys keep what was stored.
  */
-function buildSource(input: SourceInput, id: string, stored: SourceRecord | undefined): Omit<SourceRecord, 'created_at'> {
+function buildSource(
+  input: SourceInput,
+  id: string,
+  stored: SourceRecord | undefined,
+): Omit<SourceRecord, 'created_at'> {
   const protocol = input.protocol ?? 'platform';
   const objects = input.objects ?? [];
   let backend: BackendBinding | null = null;
   if (input.backend) {
     const b = input.backend;
     if (!b.allowed_methods || b.allowed_methods.length === 0) {
-      throw invalidRequest('needs at least one method (an empty list would let nothing through)', 'backend.allowed_methods');
+      throw invalidRequest(
+        'needs at least one method (an empty list would let nothing through)',
+        'backend.allowed_methods',
+      );
     }
     if (protocol !== 'platform' && (!b.allowed_paths || b.allowed_paths.length === 0)) {
       throw invalidRequest(
@@ -95,7 +102,8 @@ function buildSource(input: SourceInput, id: string, stored: SourceRecord | unde
     }
     let key = b.auth_header_value ?? null;
     if (isMasked(key)) {
-      if (!stored?.backend?.auth_header_value) throw invalidRequest('is masked but no key is stored', 'backend.auth_header_value');
+      if (!stored?.backend?.auth_header_value)
+        throw invalidRequest('is masked but no key is stored', 'backend.auth_header_value');
       key = stored.backend.auth_header_value;
     }
     backend = {
@@ -173,7 +181,8 @@ export function sourceRoutes(services: Services) {
       response: sourceOutput,
       errors: ['conflict'],
       async handler({ params, body }) {
-        if (body.id && body.id !== params.id) throw invalidRequest(`must be '${params.id}' or left out`, 'id');
+        if (body.id && body.id !== params.id)
+          throw invalidRequest(`must be '${params.id}' or left out`, 'id');
         return db.transaction(async (trx) => {
           const stored = await sourceStore(trx).get(params.id, { forUpdate: true });
           if (!stored) throw notFound('source', params.id);
@@ -181,7 +190,9 @@ export function sourceRoutes(services: Services) {
           const dropped = droppedObjects(stored.objects, next.objects);
           const users = await productStore(trx).usingObjects(params.id, dropped);
           if (users.length > 0) {
-            const list = users.map((p) => `${p.id} (${p.objects.filter((o) => dropped.includes(o)).join(', ')})`).join('; ');
+            const list = users
+              .map((p) => `${p.id} (${p.objects.filter((o) => dropped.includes(o)).join(', ')})`)
+              .join('; ');
             throw conflict(`the change drops objects that products use: ${list}`);
           }
           return presentSource(await sourceStore(trx).replace(next));
@@ -207,7 +218,8 @@ export function sourceRoutes(services: Services) {
       async handler({ params }) {
         const source = await sourceStore(db).get(params.id);
         if (!source) throw notFound('source', params.id);
-        if (!source.backend) throw new ApiError('conflict', `source '${params.id}' has no backend binding to test`);
+        if (!source.backend)
+          throw new ApiError('conflict', `source '${params.id}' has no backend binding to test`);
         const result = await probeHealth(source.backend, source.health_path);
         return { source_id: source.id, ...result, checked_at: toRfc3339(new Date()) };
       },

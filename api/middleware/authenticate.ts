@@ -23,7 +23,13 @@ export function authenticate(keys: ApiKeyStore) {
       const m = /^(Bearer|ApiKey)\s+(\S+)\s*$/i.exec(header);
       const record = m ? await verifyApiKey(keys, m[2]!) : undefined;
       if (!record) throw new ApiError('unauthenticated', 'the API key is not valid');
-      ctx.state.caller = { kind: 'api_key', id: record.id, name: record.name, role: record.role, scopes: record.scopes } satisfies Caller;
+      ctx.state.caller = {
+        kind: 'api_key',
+        id: record.id,
+        name: record.name,
+        role: record.role,
+        scopes: record.scopes,
+      } satisfies Caller;
       void keys.touch(record.id).catch(() => undefined);
     }
     await next();

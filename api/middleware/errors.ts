@@ -6,8 +6,10 @@ import { ApiError } from '../../domain/errors.js';
 function fromHttpError(err: { status?: number; message?: string; expose?: boolean }): ApiError | undefined {
   const status = err.status;
   if (typeof status !== 'number' || status < 400 || status >= 500) return undefined;
-  if (status === 413) return new ApiError('invalid_request', 'the request body is too large', { status: 413 });
-  if (status === 415) return new ApiError('invalid_request', 'the request body must be JSON', { status: 415 });
+  if (status === 413)
+    return new ApiError('invalid_request', 'the request body is too large', { status: 413 });
+  if (status === 415)
+    return new ApiError('invalid_request', 'the request body must be JSON', { status: 415 });
   if (status === 400) return new ApiError('invalid_request', `the request body is not valid JSON`);
   return undefined;
 }
@@ -35,7 +37,9 @@ export function managementErrors(logger: Logger) {
       }
       logger.error({ err, requestId: ctx.state.requestId, path: ctx.path }, 'unhandled error');
       ctx.status = 500;
-      ctx.body = { error: { code: 'internal', message: `internal error (request ${String(ctx.state.requestId)})` } };
+      ctx.body = {
+        error: { code: 'internal', message: `internal error (request ${String(ctx.state.requestId)})` },
+      };
     }
   };
 }

@@ -82,13 +82,24 @@ export async function probeHealth(binding: BackendBinding, healthPath: string | 
       error: ok ? null : `the system answered ${res.statusCode}`,
     };
   } catch (err) {
-    return { reachable: false, status: null, latency_ms: Math.round(performance.now() - started), url, error: describe(err) };
+    return {
+      reachable: false,
+      status: null,
+      latency_ms: Math.round(performance.now() - started),
+      url,
+      error: describe(err),
+    };
   }
 }
 
 function describe(err: unknown): string {
   const e = err as { code?: string; name?: string; message?: string };
-  if (e.name === 'TimeoutError' || e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT') return 'timed out';
+  if (
+    e.name === 'TimeoutError' ||
+    e.code === 'UND_ERR_HEADERS_TIMEOUT' ||
+    e.code === 'UND_ERR_CONNECT_TIMEOUT'
+  )
+    return 'timed out';
   if (e.code === 'ECONNREFUSED') return 'connection refused';
   if (e.code === 'ENOTFOUND') return 'host not found';
   return e.message ?? String(err);
@@ -101,18 +112,28 @@ export async function listPointIds(target: BackendTarget & { link: LinkDetail })
   try {
     ({ res } = await call(target, path));
   } catch (err) {
-    throw new BackendCallError(`could not reach ${joinUrl(target.binding.base_url, path)}: ${describe(err)}`, null);
+    throw new BackendCallError(
+      `could not reach ${joinUrl(target.binding.base_url, path)}: ${describe(err)}`,
+      null,
+    );
   }
   const body = await readCapped(res.body);
   if (res.statusCode !== 200) {
-    throw new BackendCallError(`${joinUrl(target.binding.base_url, path)} answered ${res.statusCode}`, res.statusCode);
+    throw new BackendCallError(
+      `${joinUrl(target.binding.base_url, path)} answered ${res.statusCode}`,
+      res.statusCode,
+    );
   }
   let parsed: { points?: Array<{ point_id?: unknown }> };
   try {
     parsed = JSON.parse(body.toString('utf8')) as typeof parsed;
   } catch {
-    throw new BackendCallError(`${joinUrl(target.binding.base_url, path)} did not answer JSON`, res.statusCode);
+    throw new BackendCallError(
+      `${joinUrl(target.binding.base_url, path)} did not answer JSON`,
+      res.statusCode,
+    );
   }
-  if (!Array.isArray(parsed.points)) throw new BackendCallError(`${path}: the answer has no points list`, res.statusCode);
+  if (!Array.isArray(parsed.points))
+    throw new BackendCallError(`${path}: the answer has no points list`, res.statusCode);
   return parsed.points.map((p) => p.point_id).filter((id): id is string => typeof id === 'string');
 }

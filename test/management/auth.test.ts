@@ -33,9 +33,20 @@ describe('management API: keys, roles and errors', () => {
   });
 
   it('accepts the key as Bearer or ApiKey, never in the query string', async () => {
-    expect((await client(connector.url).get('/api/v1/sources', { authorization: `ApiKey ${connector.adminKey}` })).status).to.equal(200);
-    expectError(await client(connector.url).get(`/api/v1/sources?api_key=${connector.adminKey}`), 401, 'unauthenticated');
-    expectError(await client(connector.url).get('/api/v1/sources', { authorization: 'Basic abc' }), 401, 'unauthenticated');
+    expect(
+      (await client(connector.url).get('/api/v1/sources', { authorization: `ApiKey ${connector.adminKey}` }))
+        .status,
+    ).to.equal(200);
+    expectError(
+      await client(connector.url).get(`/api/v1/sources?api_key=${connector.adminKey}`),
+      401,
+      'unauthenticated',
+    );
+    expectError(
+      await client(connector.url).get('/api/v1/sources', { authorization: 'Basic abc' }),
+      401,
+      'unauthenticated',
+    );
   });
 
   it('creates keys shown once, lists them without secrets, and a revoked key stops working', async () => {
@@ -68,7 +79,12 @@ describe('management API: keys, roles and errors', () => {
   });
 
   it('validates key creation: unknown role is invalid_request naming the field', async () => {
-    expectError(await admin().post('/api/v1/api-keys', { name: 'x', role: 'root' }), 400, 'invalid_request', 'role');
+    expectError(
+      await admin().post('/api/v1/api-keys', { name: 'x', role: 'root' }),
+      400,
+      'invalid_request',
+      'role',
+    );
     expectError(await admin().post('/api/v1/api-keys', { role: 'viewer' }), 400, 'invalid_request', 'name');
   });
 
@@ -117,7 +133,9 @@ describe('management API: cursor paging', () => {
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const res = await api.get(`/api/v1/policies?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+      const res = await api.get(
+        `/api/v1/policies?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+      );
       expect(res.status).to.equal(200);
       expect(res.body).to.have.keys('items', 'next_cursor');
       expect(res.body.items.length).to.be.at.most(3);
@@ -132,7 +150,12 @@ describe('management API: cursor paging', () => {
   it('refuses a bad cursor and an out-of-range limit with invalid_request', async () => {
     const api = client(connector.url, connector.adminKey);
     expectError(await api.get('/api/v1/policies?cursor=garbage'), 400, 'invalid_request', 'cursor');
-    expectError(await api.get('/api/v1/sources?cursor=c1.bm90LWEtbnVtYmVy'), 400, 'invalid_request', 'cursor');
+    expectError(
+      await api.get('/api/v1/sources?cursor=c1.bm90LWEtbnVtYmVy'),
+      400,
+      'invalid_request',
+      'cursor',
+    );
     expectError(await api.get('/api/v1/policies?limit=0'), 400, 'invalid_request', 'limit');
     expectError(await api.get('/api/v1/policies?limit=201'), 400, 'invalid_request', 'limit');
   });

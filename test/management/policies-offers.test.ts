@@ -27,7 +27,12 @@ describe('management API: policies', () => {
       },
     ],
     prohibitions: [{ action: 'write', constraints: [] }],
-    obligations: [{ action: 'use', constraints: [{ left_operand: 'pl:signedRequests', operator: 'eq', right_operand: true }] }],
+    obligations: [
+      {
+        action: 'use',
+        constraints: [{ left_operand: 'pl:signedRequests', operator: 'eq', right_operand: true }],
+      },
+    ],
   };
 
   it('creates a policy with its id from the title, its ODRL form and a readable summary', async () => {
@@ -42,7 +47,11 @@ describe('management API: policies', () => {
       constraint: [
         { leftOperand: 'pl:membership', operator: 'eq', rightOperand: 'active' },
         { leftOperand: 'pl:role', operator: 'isAnyOf', rightOperand: ['researcher', 'operator'] },
-        { leftOperand: 'odrl:dateTime', operator: 'lt', rightOperand: { '@value': '2027-01-01T00:00:00Z', '@type': 'xsd:dateTime' } },
+        {
+          leftOperand: 'odrl:dateTime',
+          operator: 'lt',
+          rightOperand: { '@value': '2027-01-01T00:00:00Z', '@type': 'xsd:dateTime' },
+        },
         { leftOperand: 'odrl:purpose', operator: 'eq', rightOperand: 'research' },
       ],
     });
@@ -71,26 +80,69 @@ describe('management API: policies', () => {
   });
 
   it('validates rules and constraints, naming the field', async () => {
-    const c = (constraint: Record<string, unknown>) => ({ permissions: [{ action: 'use', constraints: [constraint] }] });
+    const c = (constraint: Record<string, unknown>) => ({
+      permissions: [{ action: 'use', constraints: [constraint] }],
+    });
     const cases: Array<[unknown, string]> = [
       [{ permissions: [{}] }, 'permissions[0].action'],
       [{ permissions: [{ action: 'sell' }] }, 'permissions[0].action'],
-      [c({ left_operand: 'pl:color', operator: 'eq', right_operand: 'x' }), 'permissions[0].constraints[0].left_operand'],
-      [c({ left_operand: 'pl:role', operator: 'like', right_operand: 'x' }), 'permissions[0].constraints[0].operator'],
+      [
+        c({ left_operand: 'pl:color', operator: 'eq', right_operand: 'x' }),
+        'permissions[0].constraints[0].left_operand',
+      ],
+      [
+        c({ left_operand: 'pl:role', operator: 'like', right_operand: 'x' }),
+        'permissions[0].constraints[0].operator',
+      ],
       [c({ left_operand: 'pl:role', operator: 'eq' }), 'permissions[0].constraints[0].right_operand'],
-      [c({ left_operand: 'pl:role', operator: 'eq', right_operand: 5 }), 'permissions[0].constraints[0].right_operand'],
-      [c({ left_operand: 'pl:role', operator: 'isAnyOf', right_operand: 'x' }), 'permissions[0].constraints[0]'],
-      [c({ left_operand: 'pl:role', operator: 'isAnyOf', right_operand: [] }), 'permissions[0].constraints[0]'],
+      [
+        c({ left_operand: 'pl:role', operator: 'eq', right_operand: 5 }),
+        'permissions[0].constraints[0].right_operand',
+      ],
+      [
+        c({ left_operand: 'pl:role', operator: 'isAnyOf', right_operand: 'x' }),
+        'permissions[0].constraints[0]',
+      ],
+      [
+        c({ left_operand: 'pl:role', operator: 'isAnyOf', right_operand: [] }),
+        'permissions[0].constraints[0]',
+      ],
       [c({ left_operand: 'pl:role', operator: 'eq', right_operand: ['a'] }), 'permissions[0].constraints[0]'],
       [c({ left_operand: 'pl:role', operator: 'lt', right_operand: 'a' }), 'permissions[0].constraints[0]'],
-      [c({ left_operand: 'odrl:dateTime', operator: 'lt', right_operand: '2027-01-01' }), 'permissions[0].constraints[0]'],
-      [c({ left_operand: 'odrl:dateTime', operator: 'isAnyOf', right_operand: ['2027-01-01T00:00:00Z'] }), 'permissions[0].constraints[0]'],
-      [c({ left_operand: 'pl:signedRequests', operator: 'eq', right_operand: 'yes' }), 'permissions[0].constraints[0]'],
-      [c({ left_operand: 'pl:signedRequests', operator: 'isNoneOf', right_operand: ['true'] }), 'permissions[0].constraints[0]'],
-      [c({ left_operand: 'pl:membership', operator: 'eq', right_operand: true }), 'permissions[0].constraints[0]'],
-      [{ prohibitions: [{ action: 'use', constraints: [{ left_operand: 'odrl:purpose', operator: 'gt', right_operand: 'x' }] }] }, 'prohibitions[0].constraints[0]'],
+      [
+        c({ left_operand: 'odrl:dateTime', operator: 'lt', right_operand: '2027-01-01' }),
+        'permissions[0].constraints[0]',
+      ],
+      [
+        c({ left_operand: 'odrl:dateTime', operator: 'isAnyOf', right_operand: ['2027-01-01T00:00:00Z'] }),
+        'permissions[0].constraints[0]',
+      ],
+      [
+        c({ left_operand: 'pl:signedRequests', operator: 'eq', right_operand: 'yes' }),
+        'permissions[0].constraints[0]',
+      ],
+      [
+        c({ left_operand: 'pl:signedRequests', operator: 'isNoneOf', right_operand: ['true'] }),
+        'permissions[0].constraints[0]',
+      ],
+      [
+        c({ left_operand: 'pl:membership', operator: 'eq', right_operand: true }),
+        'permissions[0].constraints[0]',
+      ],
+      [
+        {
+          prohibitions: [
+            {
+              action: 'use',
+              constraints: [{ left_operand: 'odrl:purpose', operator: 'gt', right_operand: 'x' }],
+            },
+          ],
+        },
+        'prohibitions[0].constraints[0]',
+      ],
     ];
-    for (const [body, field] of cases) expectError(await api.post('/api/v1/policies', body), 400, 'invalid_request', field);
+    for (const [body, field] of cases)
+      expectError(await api.post('/api/v1/policies', body), 400, 'invalid_request', field);
   });
 
   it('accepts every left operand with a fitting operator', async () => {
@@ -129,8 +181,12 @@ describe('management API: offers', () => {
       backend: { base_url: 'http://127.0.0.1:9', allowed_methods: ['GET'], allowed_paths: ['**'] },
     });
     expect(product.status, JSON.stringify(product.body)).to.equal(201);
-    expect((await api.post('/api/v1/policies', { id: 'access', permissions: [{ action: 'use' }] })).status).to.equal(201);
-    expect((await api.post('/api/v1/policies', { id: 'contract', permissions: [{ action: 'read' }] })).status).to.equal(201);
+    expect(
+      (await api.post('/api/v1/policies', { id: 'access', permissions: [{ action: 'use' }] })).status,
+    ).to.equal(201);
+    expect(
+      (await api.post('/api/v1/policies', { id: 'contract', permissions: [{ action: 'read' }] })).status,
+    ).to.equal(201);
   });
   after(() => connector?.stop());
 
@@ -155,9 +211,19 @@ describe('management API: offers', () => {
     for (const field of ['asset_id', 'access_policy_id', 'contract_policy_id'] as const) {
       const { [field]: _left, ...rest } = offer;
       expectError(await api.post('/api/v1/offers', rest), 400, 'invalid_request', field);
-      expectError(await api.post('/api/v1/offers', { ...offer, [field]: 'missing' }), 400, 'invalid_request', field);
+      expectError(
+        await api.post('/api/v1/offers', { ...offer, [field]: 'missing' }),
+        400,
+        'invalid_request',
+        field,
+      );
     }
-    expectError(await api.post('/api/v1/offers', { ...offer, approval: 'sometimes' }), 400, 'invalid_request', 'approval');
+    expectError(
+      await api.post('/api/v1/offers', { ...offer, approval: 'sometimes' }),
+      400,
+      'invalid_request',
+      'approval',
+    );
   });
 
   it('replaces an offer on PUT, reads it, and lists offers; a product read includes its offers', async () => {
@@ -173,8 +239,18 @@ describe('management API: offers', () => {
 
   it('refuses PUT for an unknown offer (not_found), a differing id, or missing fields', async () => {
     expectError(await api.put('/api/v1/offers/nope', offer), 404, 'not_found', 'nope');
-    expectError(await api.put('/api/v1/offers/offer-manual', { ...offer, id: 'other' }), 400, 'invalid_request', 'id');
-    expectError(await api.put('/api/v1/offers/offer-manual', { asset_id: 'prod-1' }), 400, 'invalid_request', 'access_policy_id');
+    expectError(
+      await api.put('/api/v1/offers/offer-manual', { ...offer, id: 'other' }),
+      400,
+      'invalid_request',
+      'id',
+    );
+    expectError(
+      await api.put('/api/v1/offers/offer-manual', { asset_id: 'prod-1' }),
+      400,
+      'invalid_request',
+      'access_policy_id',
+    );
     expectError(await api.get('/api/v1/offers/nope'), 404, 'not_found');
   });
 });

@@ -18,7 +18,9 @@ describe('management API: products (with the sample building backend)', () => {
 
   before(async () => {
     // The system key may only read Rice Hall; Soda Hall needs its own per-building key.
-    backend = await startBuildingBackend({ keys: { 'system-key': ['rice-hall'], 'soda-key': ['soda-hall'] } });
+    backend = await startBuildingBackend({
+      keys: { 'system-key': ['rice-hall'], 'soda-key': ['soda-hall'] },
+    });
     connector = await startTestConnector({ name: 'products' });
     api = client(connector.url, connector.adminKey);
     const source = await api.post('/api/v1/sources', {
@@ -26,7 +28,12 @@ describe('management API: products (with the sample building backend)', () => {
       name: 'Campus BMS',
       health_path: 'v1/health',
       objects: [SODA, RICE, 'unused-object', 'layout-only'],
-      backend: { base_url: backend.url, auth_header_name: 'X-Api-Key', auth_header_value: 'system-key', allowed_methods: ['GET'] },
+      backend: {
+        base_url: backend.url,
+        auth_header_name: 'X-Api-Key',
+        auth_header_value: 'system-key',
+        allowed_methods: ['GET'],
+      },
       links: [
         { object: SODA, local_id: 'soda-hall', auth_header_value: 'soda-key' },
         { object: RICE, local_id: 'rice-hall' },
@@ -35,9 +42,11 @@ describe('management API: products (with the sample building backend)', () => {
     });
     expect(source.status, JSON.stringify(source.body)).to.equal(201);
     const read = async (local: string, key: string) =>
-      ((await (await fetch(`${backend.url}/v1/buildings/${local}/points`, { headers: { 'x-api-key': key } })).json()) as { points: Array<{ point_id: string }> }).points.map(
-        (p) => p.point_id,
-      );
+      (
+        (await (
+          await fetch(`${backend.url}/v1/buildings/${local}/points`, { headers: { 'x-api-key': key } })
+        ).json()) as { points: Array<{ point_id: string }> }
+      ).points.map((p) => p.point_id);
     sodaPoints = await read('soda-hall', 'soda-key');
     ricePoints = await read('rice-hall', 'system-key');
   });
@@ -49,7 +58,12 @@ describe('management API: products (with the sample building backend)', () => {
   it('tests the source system against its health path: reachable, status, latency', async () => {
     const res = await api.post('/api/v1/sources/campus-bms/test');
     expect(res.status).to.equal(200);
-    expect(res.body).to.include({ reachable: true, status: 200, error: null, url: `${backend.url}/v1/health` });
+    expect(res.body).to.include({
+      reachable: true,
+      status: 200,
+      error: null,
+      url: `${backend.url}/v1/health`,
+    });
     expect(res.body.latency_ms).to.be.a('number').at.least(0);
   });
 
@@ -78,17 +92,35 @@ describe('management API: products (with the sample building backend)', () => {
       backend: null,
       delegation_id: null,
     });
-    expect(res.body.delivery).to.deep.include({ mode: 'own', source_name: 'Campus BMS', delegation_id: null });
+    expect(res.body.delivery).to.deep.include({
+      mode: 'own',
+      source_name: 'Campus BMS',
+      delegation_id: null,
+    });
   });
 
   it('takes building_id as the single object when objects is left out', async () => {
-    const res = await api.post('/api/v1/products', { id: 'rice-only', title: 'Rice', building_id: RICE, source_id: 'campus-bms' });
+    const res = await api.post('/api/v1/products', {
+      id: 'rice-only',
+      title: 'Rice',
+      building_id: RICE,
+      source_id: 'campus-bms',
+    });
     expect(res.status).to.equal(201);
-    expect(res.body).to.deep.include({ objects: [RICE], building_id: RICE, sort: 'All points of 1 building' });
+    expect(res.body).to.deep.include({
+      objects: [RICE],
+      building_id: RICE,
+      sort: 'All points of 1 building',
+    });
   });
 
   it('serves the topology profile when the links of its objects only provide topology', async () => {
-    const res = await api.post('/api/v1/products', { id: 'layout', title: 'Layout', objects: ['layout-only'], source_id: 'campus-bms' });
+    const res = await api.post('/api/v1/products', {
+      id: 'layout',
+      title: 'Layout',
+      objects: ['layout-only'],
+      source_id: 'campus-bms',
+    });
     expect(res.status).to.equal(201);
     expect(res.body).to.include({ profile: TOPOLOGY_PROFILE, sort: 'Building topology' });
   });
@@ -140,7 +172,12 @@ describe('management API: products (with the sample building backend)', () => {
       id: 'wrong-key-bms',
       name: 'Wrong key',
       objects: [SODA],
-      backend: { base_url: backend.url, auth_header_name: 'X-Api-Key', auth_header_value: 'system-key', allowed_methods: ['GET'] },
+      backend: {
+        base_url: backend.url,
+        auth_header_name: 'X-Api-Key',
+        auth_header_value: 'system-key',
+        allowed_methods: ['GET'],
+      },
       links: [{ object: SODA, local_id: 'soda-hall' }],
     });
     expect(src.status).to.equal(201);
@@ -168,21 +205,36 @@ describe('management API: products (with the sample building backend)', () => {
       source_id: 'dead-bms',
     });
     expectError(down, 502, 'upstream_unavailable', "source 'dead-bms'");
-    expect((await api.get('/api/v1/products?limit=200')).body.items.map((p: { title: string }) => p.title)).not.to.include('Unreachable');
+    expect(
+      (await api.get('/api/v1/products?limit=200')).body.items.map((p: { title: string }) => p.title),
+    ).not.to.include('Unreachable');
   });
 
   it('keeps the point list of an unchanged selection on PUT without asking the backend again', async () => {
     const current = (await api.get('/api/v1/products/chosen-points')).body;
     await backend.close(); // the backend is gone: only an unchanged selection can succeed now
     try {
-      const res = await api.put('/api/v1/products/chosen-points', { ...current, title: 'Chosen points (renamed)' });
+      const res = await api.put('/api/v1/products/chosen-points', {
+        ...current,
+        title: 'Chosen points (renamed)',
+      });
       expect(res.status, JSON.stringify(res.body)).to.equal(200);
-      expect(res.body).to.deep.include({ title: 'Chosen points (renamed)', points: current.points, points_resolved_at: current.points_resolved_at });
-      const changed = await api.put('/api/v1/products/chosen-points', { ...current, points: [sodaPoints[0]] });
+      expect(res.body).to.deep.include({
+        title: 'Chosen points (renamed)',
+        points: current.points,
+        points_resolved_at: current.points_resolved_at,
+      });
+      const changed = await api.put('/api/v1/products/chosen-points', {
+        ...current,
+        points: [sodaPoints[0]],
+      });
       expectError(changed, 502, 'upstream_unavailable');
       expect((await api.get('/api/v1/products/chosen-points')).body.points).to.deep.equal(current.points);
     } finally {
-      backend = await startBuildingBackend({ keys: { 'system-key': ['rice-hall'], 'soda-key': ['soda-hall'] } }, Number(new URL(backend.url).port));
+      backend = await startBuildingBackend(
+        { keys: { 'system-key': ['rice-hall'], 'soda-key': ['soda-hall'] } },
+        Number(new URL(backend.url).port),
+      );
     }
   });
 
@@ -201,8 +253,18 @@ describe('management API: products (with the sample building backend)', () => {
     expect(kept.status, JSON.stringify(kept.body)).to.equal(200);
     expect(kept.body).to.include({ source_id: 'campus-bms', title: 'Rice (renamed)' });
     expect(kept.body.delivery.source_name).to.equal('Campus BMS');
-    expectError(await api.put('/api/v1/products/rice-only', { ...current, source_id: 'dead-bms' }), 400, 'invalid_request', 'source_id');
-    expectError(await api.put('/api/v1/products/rice-only', { ...current, delegation_id: 'urn:uuid:x' }), 400, 'invalid_request', 'delegation_id');
+    expectError(
+      await api.put('/api/v1/products/rice-only', { ...current, source_id: 'dead-bms' }),
+      400,
+      'invalid_request',
+      'source_id',
+    );
+    expectError(
+      await api.put('/api/v1/products/rice-only', { ...current, delegation_id: 'urn:uuid:x' }),
+      400,
+      'invalid_request',
+      'delegation_id',
+    );
   });
 
   it('reads a product with its offers, lists products, and answers unknown ids with not_found', async () => {
@@ -218,16 +280,30 @@ describe('management API: products (with the sample building backend)', () => {
   });
 
   it('refuses an existing product id with conflict', async () => {
-    expectError(await api.post('/api/v1/products', { id: 'rice-only', title: 'x', objects: [RICE], source_id: 'campus-bms' }), 409, 'conflict');
+    expectError(
+      await api.post('/api/v1/products', {
+        id: 'rice-only',
+        title: 'x',
+        objects: [RICE],
+        source_id: 'campus-bms',
+      }),
+      409,
+      'conflict',
+    );
     // An id made from the title collides the same way.
-    expectError(await api.post('/api/v1/products', { title: 'Rice only', objects: [RICE], source_id: 'campus-bms' }), 409, 'conflict', 'rice-only');
+    expectError(
+      await api.post('/api/v1/products', { title: 'Rice only', objects: [RICE], source_id: 'campus-bms' }),
+      409,
+      'conflict',
+      'rice-only',
+    );
   });
 
   it('validates products, naming the field', async () => {
     const ok = { title: 'T', objects: [RICE], source_id: 'campus-bms' };
     const cases: Array<[unknown, string]> = [
       [{ objects: [RICE], source_id: 'campus-bms' }, 'title'],
-      [{ ...ok, objects: [] , building_id: null }, 'objects'],
+      [{ ...ok, objects: [], building_id: null }, 'objects'],
       [{ title: 'T', source_id: 'campus-bms' }, 'objects'],
       [{ ...ok, objects: ['not-served'] }, 'objects[0]'],
       [{ title: 'T', building_id: 'not-served', source_id: 'campus-bms' }, 'building_id'],
@@ -240,9 +316,13 @@ describe('management API: products (with the sample building backend)', () => {
       [{ ...ok, profile: 'https://example.org/other' }, 'profile'],
       [{ ...ok, delegation_id: 'urn:uuid:0f8fad5b-d9cb-469f-a165-70867728950e' }, 'delegation_id'],
       [{ ...ok, keywords: 'hvac' }, 'keywords'],
-      [{ ...ok, backend: { base_url: 'http://x', allowed_methods: [] , allowed_paths: ['**'] } }, 'backend.allowed_methods'],
+      [
+        { ...ok, backend: { base_url: 'http://x', allowed_methods: [], allowed_paths: ['**'] } },
+        'backend.allowed_methods',
+      ],
     ];
-    for (const [body, field] of cases) expectError(await api.post('/api/v1/products', body), 400, 'invalid_request', field);
+    for (const [body, field] of cases)
+      expectError(await api.post('/api/v1/products', body), 400, 'invalid_request', field);
   });
 
   it("masks a product's own backend key, and a masked key sent back keeps it", async () => {
@@ -251,7 +331,13 @@ describe('management API: products (with the sample building backend)', () => {
       title: 'Own backend',
       objects: ['rice-hall'],
       content_type: 'application/ld+json',
-      backend: { base_url: backend.url, auth_header_name: 'X-Api-Key', auth_header_value: 'system-key', allowed_methods: ['GET'], allowed_paths: ['v1/**'] },
+      backend: {
+        base_url: backend.url,
+        auth_header_name: 'X-Api-Key',
+        auth_header_value: 'system-key',
+        allowed_methods: ['GET'],
+        allowed_paths: ['v1/**'],
+      },
       selection: { kind: 'points' },
       points: [ricePoints[2]],
     });
@@ -267,9 +353,17 @@ describe('management API: products (with the sample building backend)', () => {
 
   it('refuses a source change that drops an object a product uses (conflict); other changes pass', async () => {
     const source = (await api.get('/api/v1/sources/campus-bms')).body;
-    const dropRice = await api.put('/api/v1/sources/campus-bms', { ...source, objects: [SODA, 'unused-object', 'layout-only'], links: source.links.filter((l: { object: string }) => l.object !== RICE), backend: { ...source.backend, links: undefined } });
+    const dropRice = await api.put('/api/v1/sources/campus-bms', {
+      ...source,
+      objects: [SODA, 'unused-object', 'layout-only'],
+      links: source.links.filter((l: { object: string }) => l.object !== RICE),
+      backend: { ...source.backend, links: undefined },
+    });
     expectError(dropRice, 409, 'conflict', 'rice-only');
-    const dropUnused = await api.put('/api/v1/sources/campus-bms', { ...source, objects: [SODA, RICE, 'layout-only'] });
+    const dropUnused = await api.put('/api/v1/sources/campus-bms', {
+      ...source,
+      objects: [SODA, RICE, 'layout-only'],
+    });
     expect(dropUnused.status, JSON.stringify(dropUnused.body)).to.equal(200);
     expect(dropUnused.body.objects).to.deep.equal([SODA, RICE, 'layout-only']);
   });

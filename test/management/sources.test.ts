@@ -31,7 +31,11 @@ describe('management API: sources', () => {
     expect(res.status).to.equal(201);
     expect(res.body.id).to.equal('gebouwbeheer-zuid-bms');
     expect(res.body).to.include({ name: 'Gebouwbeheer Zuid — BMS', protocol: 'platform', health_path: null });
-    expect(res.body.backend).to.deep.include({ auth_header_value: MASK, allowed_methods: ['GET'], allowed_paths: [] });
+    expect(res.body.backend).to.deep.include({
+      auth_header_value: MASK,
+      allowed_methods: ['GET'],
+      allowed_paths: [],
+    });
     expect(res.body.links).to.deep.equal([]);
     expect(res.body.created_at).to.match(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/);
     expect(JSON.stringify(res.body)).not.to.include('system-secret');
@@ -39,7 +43,12 @@ describe('management API: sources', () => {
 
   it('uses an explicit id, and an existing id is a conflict (also when made from the name)', async () => {
     expect((await api.post('/api/v1/sources', { id: 'bms-noord', name: 'Noord' })).status).to.equal(201);
-    expectError(await api.post('/api/v1/sources', { id: 'bms-noord', name: 'Other' }), 409, 'conflict', 'bms-noord');
+    expectError(
+      await api.post('/api/v1/sources', { id: 'bms-noord', name: 'Other' }),
+      409,
+      'conflict',
+      'bms-noord',
+    );
     expectError(await api.post('/api/v1/sources', { name: 'Gebouwbeheer Zuid - BMS' }), 409, 'conflict');
   });
 
@@ -62,17 +71,34 @@ describe('management API: sources', () => {
       [{ name: 'x', backend: binding({ allowed_methods: ['FETCH'] }) }, 'backend.allowed_methods[0]'],
       [{ name: 'x', protocol: 'generic', backend: binding() }, 'backend.allowed_paths'],
       [{ name: 'x', protocol: 'generic', backend: binding({ allowed_paths: [] }) }, 'backend.allowed_paths'],
-      [{ name: 'x', protocol: 'generic', backend: binding({ allowed_paths: ['v1/../admin'] }) }, 'backend.allowed_paths[0]'],
-      [{ name: 'x', protocol: 'generic', backend: binding({ allowed_paths: ['v1/**/x'] }) }, 'backend.allowed_paths[0]'],
-      [{ name: 'x', protocol: 'generic', backend: binding({ allowed_paths: ['v1/a*'] }) }, 'backend.allowed_paths[0]'],
+      [
+        { name: 'x', protocol: 'generic', backend: binding({ allowed_paths: ['v1/../admin'] }) },
+        'backend.allowed_paths[0]',
+      ],
+      [
+        { name: 'x', protocol: 'generic', backend: binding({ allowed_paths: ['v1/**/x'] }) },
+        'backend.allowed_paths[0]',
+      ],
+      [
+        { name: 'x', protocol: 'generic', backend: binding({ allowed_paths: ['v1/a*'] }) },
+        'backend.allowed_paths[0]',
+      ],
       [{ name: 'x', backend: binding({ auth_header_name: 'bad header' }) }, 'backend.auth_header_name'],
       [{ name: 'x', backend: binding({ auth_header_value: MASK }) }, 'backend.auth_header_value'],
       [{ name: 'x', objects: ['a'], links: [{ object: 'b' }] }, 'links[0]'],
       [{ name: 'x', objects: ['a'], links: [{ object: 'a' }, { object: 'a' }] }, 'links[1].object'],
       [{ name: 'x', objects: ['a'], links: [{ object: 'a', provides: 'everything' }] }, 'links[0].provides'],
-      [{ name: 'x', objects: ['a'], backend: binding({ links: { b: { local_id: 'B' } } }) }, 'backend.links.b'],
       [
-        { name: 'x', objects: ['a'], links: [{ object: 'a', local_id: 'A1' }], backend: binding({ links: { a: { local_id: 'A2' } } }) },
+        { name: 'x', objects: ['a'], backend: binding({ links: { b: { local_id: 'B' } } }) },
+        'backend.links.b',
+      ],
+      [
+        {
+          name: 'x',
+          objects: ['a'],
+          links: [{ object: 'a', local_id: 'A1' }],
+          backend: binding({ links: { a: { local_id: 'A2' } } }),
+        },
         'backend.links.a',
       ],
       [{ name: 'x', unknown_field: 1 }, 'unknown_field'],
@@ -85,7 +111,11 @@ describe('management API: sources', () => {
   });
 
   it('lets a platform source leave allowed_paths out (its links fill them) and a generic one give them', async () => {
-    const platform = await api.post('/api/v1/sources', { name: 'Platform system', objects: ['b1'], backend: binding() });
+    const platform = await api.post('/api/v1/sources', {
+      name: 'Platform system',
+      objects: ['b1'],
+      backend: binding(),
+    });
     expect(platform.status).to.equal(201);
     const generic = await api.post('/api/v1/sources', {
       name: 'Generic system',
@@ -128,13 +158,20 @@ describe('management API: sources', () => {
     const text = JSON.stringify(list.body);
     expect(text).not.to.include('system-secret');
     expect(text).not.to.include('key-for-b');
-    expect(list.body.items.map((s: { id: string }) => s.id)).to.include.members(['gebouwbeheer-zuid-bms', 'linked-system']);
+    expect(list.body.items.map((s: { id: string }) => s.id)).to.include.members([
+      'gebouwbeheer-zuid-bms',
+      'linked-system',
+    ]);
     expectError(await api.get('/api/v1/sources/does-not-exist'), 404, 'not_found', 'does-not-exist');
   });
 
   it('replaces a source on PUT: masked keys (system and per building) keep the stored ones', async () => {
     const current = (await api.get('/api/v1/sources/linked-system')).body;
-    const sent = { ...current, name: 'Linked system (renamed)', backend: { ...current.backend, base_url: 'http://127.0.0.1:9/v2' } };
+    const sent = {
+      ...current,
+      name: 'Linked system (renamed)',
+      backend: { ...current.backend, base_url: 'http://127.0.0.1:9/v2' },
+    };
     const res = await api.put('/api/v1/sources/linked-system', sent);
     expect(res.status, JSON.stringify(res.body)).to.equal(200);
     expect(res.body.name).to.equal('Linked system (renamed)');
@@ -158,14 +195,30 @@ describe('management API: sources', () => {
     const row = await connector.db('sources').where({ id: 'linked-system' }).first();
     expect(row.backend.auth_header_value).to.equal('rotated');
     expect(row.links['obj-b'].auth_header_value).to.equal(null);
-    const cleared = await api.put('/api/v1/sources/linked-system', { ...res.body, backend: { ...res.body.backend, auth_header_value: null } });
+    const cleared = await api.put('/api/v1/sources/linked-system', {
+      ...res.body,
+      backend: { ...res.body.backend, auth_header_value: null },
+    });
     expect(cleared.body.backend.auth_header_value).to.equal(null);
   });
 
   it('refuses a PUT for an unknown id, a differing id, and an invalid body', async () => {
     expectError(await api.put('/api/v1/sources/nope', { name: 'x' }), 404, 'not_found', 'nope');
-    expectError(await api.put('/api/v1/sources/linked-system', { id: 'other', name: 'x' }), 400, 'invalid_request', 'id');
-    expectError(await api.put('/api/v1/sources/linked-system', { name: 'x', backend: binding({ allowed_methods: [] }) }), 400, 'invalid_request', 'backend.allowed_methods');
+    expectError(
+      await api.put('/api/v1/sources/linked-system', { id: 'other', name: 'x' }),
+      400,
+      'invalid_request',
+      'id',
+    );
+    expectError(
+      await api.put('/api/v1/sources/linked-system', {
+        name: 'x',
+        backend: binding({ allowed_methods: [] }),
+      }),
+      400,
+      'invalid_request',
+      'backend.allowed_methods',
+    );
   });
 
   it('answers the source test with conflict when there is no backend, and not_found for an unknown source', async () => {

@@ -1,4 +1,5 @@
 /** A small JSON client for tests: real HTTP with fetch; answers keep status, headers and parsed body. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read answers of every shape
 export interface Answer<T = any> {
   status: number;
   headers: Headers;
@@ -6,7 +7,12 @@ export interface Answer<T = any> {
 }
 
 export function client(baseUrl: string, key?: string) {
-  async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Answer> {
+  async function call(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<Answer> {
     const res = await fetch(`${baseUrl}${path}`, {
       method,
       headers: {
@@ -27,7 +33,8 @@ export function client(baseUrl: string, key?: string) {
   }
   return {
     get: (path: string, headers?: Record<string, string>) => call('GET', path, undefined, headers),
-    post: (path: string, body?: unknown, headers?: Record<string, string>) => call('POST', path, body, headers),
+    post: (path: string, body?: unknown, headers?: Record<string, string>) =>
+      call('POST', path, body, headers),
     put: (path: string, body?: unknown, headers?: Record<string, string>) => call('PUT', path, body, headers),
     delete: (path: string, headers?: Record<string, string>) => call('DELETE', path, undefined, headers),
     call,

@@ -19,7 +19,8 @@ export const stack: {
 } = {};
 
 export function requireStack() {
-  if (!stack.postgres || !stack.temporal || !stack.workflowBundle) throw new Error('the test stack is not running (test/global-setup.ts)');
+  if (!stack.postgres || !stack.temporal || !stack.workflowBundle)
+    throw new Error('the test stack is not running (test/global-setup.ts)');
   return stack as Required<typeof stack>;
 }
 
@@ -38,12 +39,20 @@ export interface TestConnector extends RunningConnector {
   databaseUrl: string;
 }
 
-export async function startTestConnector(options: { name?: string; env?: Record<string, string> } = {}): Promise<TestConnector> {
+export async function startTestConnector(
+  options: { name?: string; env?: Record<string, string> } = {},
+): Promise<TestConnector> {
   const { temporal, workflowBundle } = requireStack();
   const name = options.name ?? 'connector';
   const databaseUrl = await createTestDatabase(name);
   const taskQueue = uniqueName(`tq_${name}`);
-  const config = loadConfig({ PORT: '0', TEMPORAL_TASK_QUEUE: taskQueue, LOG_LEVEL: 'silent', DEMO_BACKEND: '0', ...options.env });
+  const config = loadConfig({
+    PORT: '0',
+    TEMPORAL_TASK_QUEUE: taskQueue,
+    LOG_LEVEL: 'silent',
+    DEMO_BACKEND: '0',
+    ...options.env,
+  });
   const connector = await startConnector(config, {
     databaseUrl,
     temporalAddress: temporal.address,
