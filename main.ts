@@ -4,7 +4,7 @@
  * in production, `node dist/main.js` runs this file with DATABASE_URL and TEMPORAL_ADDRESS set.
  */
 import http from 'node:http';
-import { createRequire } from 'node:module';
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino, type Logger } from 'pino';
@@ -22,10 +22,10 @@ import { createApp } from './api/app.js';
 import { createActivities } from './activities/index.js';
 import { apiKeyStore } from './db/api-keys.js';
 import { createApiKey } from './auth/api-keys.js';
-import { loadConfig, ConfigError, type Config } from './config.js';
+import { loadConfig, ConfigError, PROJECT_ROOT, type Config } from './config.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const version = (createRequire(import.meta.url)('./package.json') as { version: string }).version;
+const version = (JSON.parse(fs.readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
 export const WORKFLOWS_PATH = path.join(
   here,
