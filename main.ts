@@ -25,7 +25,9 @@ import { createApiKey } from './auth/api-keys.js';
 import { loadConfig, ConfigError, PROJECT_ROOT, type Config } from './config.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const version = (JSON.parse(fs.readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+const version = (
+  JSON.parse(fs.readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }
+).version;
 
 export const WORKFLOWS_PATH = path.join(
   here,
