@@ -191,9 +191,14 @@ async function runFromEnvironment() {
   });
   console.log(`connector listening at ${connector.url}`);
   if (connector.initialAdminKey) console.log(`admin API key (shown once): ${connector.initialAdminKey}`);
-  const stop = () => void connector.stop().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    void connector.stop().then(() => process.exit(0));
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {

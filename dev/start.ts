@@ -43,8 +43,10 @@ async function main() {
       await stop().catch((err: unknown) => say(`while stopping: ${String(err)}`));
     process.exit(code);
   };
-  process.once('SIGINT', () => void stopAll(0));
-  process.once('SIGTERM', () => void stopAll(0));
+  // `on`, not `once`: Ctrl-C reaches us both directly and relayed by npm/tsx, and a second
+  // signal must not kill the process before its children are stopped.
+  process.on('SIGINT', () => void stopAll(0));
+  process.on('SIGTERM', () => void stopAll(0));
 
   try {
     let databaseUrl = config.databaseUrl;
