@@ -52,6 +52,8 @@ export async function bundleWorkflows(): Promise<WorkflowBundleOption> {
 function installTemporalRuntime(logger: Logger) {
   try {
     Runtime.install({
+      // We stop the worker ourselves (in order, after the HTTP server); the SDK must not exit on signals.
+      shutdownSignals: [],
       logger: new DefaultLogger('WARN', ({ level, message, meta }) => {
         if (level === 'ERROR') logger.error(meta ?? {}, message);
         else logger.warn(meta ?? {}, message);

