@@ -64,6 +64,23 @@ function installTemporalRuntime(logger: Logger) {
   }
 }
 
+/**
+ * The very first start makes one admin key. Claiming a settings row first makes that happen
+ * once even when several connector processes start together on a fresh database.
+ */
+async function bootstrapAdminKey(db: Db): Promise<string | null> {
+  return db.transaction(async (trx) => {
+    const claimed = await trx('settings')
+      .insert({ key: 'bootstrap.admin_key', value: JSON.stringify({ at: new Date().toISOString() }) })
+      .onConflict('key')
+      .ignore()
+      .returning('key');
+    if (claimed.length === 0) return null;
+    if ((await apiKeyStore(trx).count()) > 0) return null;
+    return (await createApiKey(apiKeyStore(trx), { name: 'initial admin', role: 'admin' })).key;
+  });
+}
+
 export interface StartOptions {
   databaseUrl: string;
   temporalAddress: string;
@@ -92,11 +109,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
   const temporal = new Client({ connection, namespace: config.temporal.namespace });
 
   // First start: no API key exists yet, so make an admin key and hand it out once.
-  let initialAdminKey: string | null = null;
-  const keys = apiKeyStore(db);
-  if ((await keys.count()) === 0) {
-    initialAdminKey = (await createApiKey(keys, { name: 'initial admin', role: 'admin' })).key;
-  }
+  const initialAdminKey = config.roles.includes('api') ? await bootstrapAdminKey(db) : null;
 
   let worker: Worker | undefined;
   let workerRun: Promise<void> | undefined;
@@ -123,17 +136,20 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     const app = createApp(services, {
       async ready() {
         const checks: Record<string, string> = {};
+        // Details go to the log; the unauthenticated probe answers only what is down.
         try {
           await db.raw('select 1');
           checks.database = 'ok';
         } catch (err) {
-          checks.database = (err as Error).message;
+          logger.warn({ err }, 'readiness: database');
+          checks.database = 'unavailable';
         }
         try {
           await connection.healthService.check({});
           checks.temporal = 'ok';
         } catch (err) {
-          checks.temporal = (err as Error).message;
+          logger.warn({ err }, 'readiness: temporal');
+          checks.temporal = 'unavailable';
         }
         if (worker) checks.worker = worker.getState() === 'RUNNING' ? 'ok' : worker.getState().toLowerCase();
         return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
@@ -156,9 +172,13 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     initialAdminKey,
     async stop() {
       if (server) {
-        server.closeAllConnections();
+        // Finish requests in flight (up to 5 s), then cut what is left.
         const s = server;
-        await new Promise<void>((resolve) => s.close(() => resolve()));
+        const closed = new Promise<void>((resolve) => s.close(() => resolve()));
+        s.closeIdleConnections();
+        const force = setTimeout(() => s.closeAllConnections(), 5_000);
+        await closed;
+        clearTimeout(force);
       }
       if (worker) {
         if (worker.getState() === 'RUNNING') worker.shutdown();

@@ -30,7 +30,10 @@ export function createOutboxActivities(deps: OutboxDeps) {
       if (!row) throw ApplicationFailure.nonRetryable(`outbox message ${id} does not exist`, 'OutboxMissing');
       if (row.status === 'delivered') return { status: row.response_status ?? 200 };
       const attempt = Context.current().info.attempt;
-      const nextAttemptAt = new Date(Date.now() + retryDelayMs(attempt, policy));
+      // After the last attempt there is no next one: the row shows now, and the workflow drops it.
+      const nextAttemptAt = new Date(
+        Date.now() + (attempt < policy.maxAttempts ? retryDelayMs(attempt, policy) : 0),
+      );
       let status: number | null = null;
       let error: string;
       try {

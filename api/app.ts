@@ -49,6 +49,18 @@ function accessLog(services: Services) {
   };
 }
 
+/** Management paths callable without a key. */
+const PUBLIC_PATHS = new Set(['GET /api/v1/openapi.json']);
+
+function refuseAnonymous(publicPaths: Set<string>) {
+  return async function refuseAnonymousCalls(ctx: Koa.Context, next: Koa.Next) {
+    if (!ctx.state.caller && !publicPaths.has(`${ctx.method} ${ctx.path}`)) {
+      throw new ApiError('unauthenticated', 'a valid API key is required (Authorization: Bearer <key>)');
+    }
+    await next();
+  };
+}
+
 /** A body that is not JSON is refused rather than silently ignored (the caller would lose what it sent). */
 function requireJsonBodies() {
   return async function refuseNonJsonBodies(ctx: Koa.Context, next: Koa.Next) {
@@ -68,6 +80,9 @@ export function managementRouter(services: Services): { router: Router; registry
   const registry: RouteRegistry = { prefix: '/api/v1', specs: [] };
   const router = new Router({ prefix: registry.prefix });
   router.use(managementErrors(services.logger));
+  // Who is calling comes first: nobody without a key gets a body parsed.
+  router.use(authenticate(apiKeyStore(services.db)));
+  router.use(refuseAnonymous(PUBLIC_PATHS));
   router.use(requireJsonBodies());
   router.use(
     koaBody({
@@ -79,7 +94,6 @@ export function managementRouter(services: Services): { router: Router; registry
       jsonStrict: true,
     }),
   );
-  router.use(authenticate(apiKeyStore(services.db)));
   mount(router, registry, [
     ...sourceRoutes(services),
     ...productRoutes(services),

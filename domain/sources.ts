@@ -52,6 +52,26 @@ export interface SourceRecord {
   created_at: string;
 }
 
+/**
+ * A masked key sent back keeps the stored key only while it would still go where it went:
+ * the same origin and the same header. Otherwise a changed base_url could send the stored
+ * secret to another host, so the caller must send the key again.
+ */
+export function keyDestinationUnchanged(
+  before: Pick<BackendBinding, 'base_url' | 'auth_header_name'> | null | undefined,
+  after: { base_url: string; auth_header_name?: string | null },
+): boolean {
+  if (!before) return false;
+  const origin = (u: string) => new URL(u).origin;
+  return (
+    origin(before.base_url) === origin(after.base_url) &&
+    (before.auth_header_name ?? '').toLowerCase() === (after.auth_header_name ?? '').toLowerCase()
+  );
+}
+
+export const MASKED_KEY_MOVED =
+  'is masked, but the key would now go elsewhere (base_url origin or auth_header_name changed): send the key again';
+
 export const defaultLink = (object: string): LinkDetail => ({
   local_id: object,
   auth_header_value: null,
@@ -67,6 +87,8 @@ export function resolveLinks(
   linkArray: Array<LinkInput & { object: string }> | undefined,
   linkMap: Record<string, LinkInput> | undefined,
   stored: Record<string, LinkDetail> = {},
+  /** False when the binding's destination changed: masked per-link keys are then refused. */
+  keepMaskedKeys = true,
 ): Record<string, LinkDetail> {
   const given = new Map<string, { input: LinkInput; field: string }>();
   (linkArray ?? []).forEach((link, i) => {
@@ -100,6 +122,7 @@ export function resolveLinks(
       const kept = stored[object]?.auth_header_value;
       if (!kept)
         throw invalidRequest('is masked but no key is stored for this object', `${field}.auth_header_value`);
+      if (!keepMaskedKeys) throw invalidRequest(MASKED_KEY_MOVED, `${field}.auth_header_value`);
       key = kept;
     }
     links[object] = {

@@ -42,7 +42,12 @@ function start(env: Record<string, string>): Promise<Started> {
       if (m && out.includes('Press Ctrl-C')) {
         clearInterval(poll);
         clearTimeout(timer);
-        resolve({ child, output: () => out, url: m[1]!, key: /(plk_[a-z0-9]{12}_[0-9a-f]{48})/.exec(out)?.[1] ?? null });
+        resolve({
+          child,
+          output: () => out,
+          url: m[1]!,
+          key: /(plk_[a-z0-9]{12}_[0-9a-f]{48})/.exec(out)?.[1] ?? null,
+        });
       }
     }, 50);
     child.once('exit', (code) => {
@@ -90,10 +95,15 @@ describe('npm start (dev/start.ts) with the embedded stack', function () {
     expect((await fetch(ui)).status).to.equal(200);
     const api = client(first.url, first.key!);
     expect((await api.get('/readyz')).status).to.equal(200);
-    expect((await api.post('/api/v1/sources', { id: 'kept', name: 'Kept across restarts' })).status).to.equal(201);
+    expect((await api.post('/api/v1/sources', { id: 'kept', name: 'Kept across restarts' })).status).to.equal(
+      201,
+    );
     expect(await stop(first)).to.equal(0);
     expect(first.output()).to.include('stopping…');
-    expect(fs.readFileSync(path.join(dir, 'postgres', 'postgres.log'), 'utf8'), 'a clean shutdown').to.include('database system is shut down');
+    expect(
+      fs.readFileSync(path.join(dir, 'postgres', 'postgres.log'), 'utf8'),
+      'a clean shutdown',
+    ).to.include('database system is shut down');
     expect(await gone(dir)).to.deep.equal([]);
 
     const second = await start({ DATA_DIR: dir });
@@ -119,7 +129,12 @@ describe('npm start (dev/start.ts) with the embedded stack', function () {
   it('uses DATABASE_URL and TEMPORAL_ADDRESS instead of starting anything embedded', async () => {
     const dir = dataDir();
     const { temporal } = requireStack();
-    const s = await start({ DATA_DIR: dir, DATABASE_URL: await createTestDatabase('external'), TEMPORAL_ADDRESS: temporal.address, DEMO_BACKEND: '0' });
+    const s = await start({
+      DATA_DIR: dir,
+      DATABASE_URL: await createTestDatabase('external'),
+      TEMPORAL_ADDRESS: temporal.address,
+      DEMO_BACKEND: '0',
+    });
     try {
       expect(s.output()).to.include(`Temporal:         ${temporal.address} (external)`);
       expect(s.output()).not.to.include('starting PostgreSQL');
@@ -181,7 +196,8 @@ describe('Temporal CLI resolution (dev/temporal.ts)', function () {
   it('without a binary and without Go, says how to provide one', () => {
     const r = resolveWith({ PATH: onlyNode(), XDG_CACHE_HOME: emptyCache() });
     expect(r.stdout).to.include('ERROR The Temporal CLI was not found and Go is not installed');
-    for (const option of ['TEMPORAL_CLI', "'temporal' on PATH", 'install Go', 'TEMPORAL_ADDRESS']) expect(r.stdout).to.include(option);
+    for (const option of ['TEMPORAL_CLI', "'temporal' on PATH", 'install Go', 'TEMPORAL_ADDRESS'])
+      expect(r.stdout).to.include(option);
   });
 
   it('builds once with go install when needed, under a lock that a second process waits on', () => {
@@ -208,7 +224,12 @@ describe('Temporal CLI resolution (dev/temporal.ts)', function () {
         '-c',
         `"${process.execPath}" --import tsx --input-type=module -e "$A" & "${process.execPath}" --import tsx --input-type=module -e "$B"; wait`,
       ],
-      { cwd: PROJECT_ROOT, env: { ...process.env, ...env, A: script(1), B: script(2) }, encoding: 'utf8', timeout: 50_000 },
+      {
+        cwd: PROJECT_ROOT,
+        env: { ...process.env, ...env, A: script(1), B: script(2) },
+        encoding: 'utf8',
+        timeout: 50_000,
+      },
     );
     const target = path.join(cache, 'building-connector', 'temporal-cli-v1.5.1', 'temporal');
     expect(both.stdout).to.include(`1 RESOLVED ${target}`);

@@ -3,7 +3,13 @@
  * they run out the row is dropped and the caller gets a readable error. Process workflows
  * (negotiation, transfer) run one of these per message; an operator's resend starts it again.
  */
-import { ActivityFailure, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  isCancellation,
+  proxyActivities,
+} from '@temporalio/workflow';
 import type { OutboxActivities } from '../activities/outbox.js';
 import type { DeliveryRetry } from '../domain/outbox.js';
 
@@ -34,11 +40,13 @@ export async function outboxDelivery(input: OutboxDeliveryInput): Promise<Outbox
     const { status } = await deliverOutboxMessage(input.outboxId, retry);
     return { delivered: true, status };
   } catch (err) {
+    // A cancelled delivery (the process ended) is not a failed one: the row stays pending.
+    if (isCancellation(err)) throw err;
     const cause = err instanceof ActivityFailure ? err.cause : err;
     const reason =
       cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
     const error = `message not delivered after retries: ${reason}`;
-    await dropOutboxMessage(input.outboxId, error);
+    await CancellationScope.nonCancellable(() => dropOutboxMessage(input.outboxId, error));
     return { delivered: false, error };
   }
 }

@@ -124,14 +124,16 @@ export function offerRoutes(services: Services) {
       async handler({ params, body }) {
         if (body.id && body.id !== params.id)
           throw invalidRequest(`must be '${params.id}' or left out`, 'id');
-        if (!(await offerStore(db).get(params.id))) throw notFound('offer', params.id);
+        const stored = await offerStore(db).get(params.id);
+        if (!stored) throw notFound('offer', params.id);
         await checkReferences(body);
         const offer = await offerStore(db).replace({
           id: params.id,
           asset_id: body.asset_id,
           access_policy_id: body.access_policy_id,
           contract_policy_id: body.contract_policy_id,
-          approval: body.approval ?? 'automatic',
+          // Left out keeps the mode: a replace must not silently switch manual approval off.
+          approval: body.approval ?? stored.approval,
         });
         if (!offer) throw notFound('offer', params.id);
         return presentOffer(offer);

@@ -1,6 +1,6 @@
 /** Products: datasets over one or more objects, delivered from an own source (spec "Product", Behaviour 3). */
 import Joi from 'joi';
-import type { Knex } from 'knex';
+import type { Db } from '../../db/knex.js';
 import { route } from '../routes.js';
 import type { Services } from '../services.js';
 import { backendBinding, idParams, pageOf, pageQuery, resourceId, toPageRequest } from './schemas.js';
@@ -10,7 +10,9 @@ import { idFromName } from '../../domain/ids.js';
 import { isMasked } from '../../domain/masking.js';
 import { DATA_PROFILE, PROFILES, TOPOLOGY_PROFILE } from '../../domain/profiles.js';
 import {
+  MASKED_KEY_MOVED,
   defaultLink,
+  keyDestinationUnchanged,
   maskedBinding,
   type BackendBinding,
   type BackendInput,
@@ -141,7 +143,8 @@ export function presentProduct(p: ProductRecord, source: SourceRecord | undefine
     points: p.points,
     points_resolved_at: p.points_resolved_at,
     source_id: p.source_id,
-    backend: p.backend ? maskedBinding(p.backend) : null,
+    // The binding that delivers it: its own, or its source's (keys masked either way).
+    backend: p.backend ? maskedBinding(p.backend) : source?.backend ? maskedBinding(source.backend) : null,
     delegation_id: p.delegation_id,
     created_at: p.created_at,
     delivery: delivery(p, source),
@@ -164,7 +167,16 @@ function deriveSort(profile: string, sel: Selection, objects: string[], points: 
     : `All points of ${buildings}`;
 }
 
+/**
+ * A product's own (older) backend binding. It is part of how the product is delivered, so on a
+ * replace it may only be sent back unchanged (its key masked) or left out.
+ */
 function ownBackend(input: BackendInput, stored: BackendBinding | null): BackendBinding {
+  if (input.links)
+    throw invalidRequest(
+      'only sources have links; a product binding serves its objects as they are',
+      'backend.links',
+    );
   if (!input.allowed_methods?.length)
     throw invalidRequest('needs at least one method', 'backend.allowed_methods');
   if (!input.allowed_paths?.length)
@@ -173,6 +185,8 @@ function ownBackend(input: BackendInput, stored: BackendBinding | null): Backend
   if (isMasked(key)) {
     if (!stored?.auth_header_value)
       throw invalidRequest('is masked but no key is stored', 'backend.auth_header_value');
+    if (!keyDestinationUnchanged(stored, input))
+      throw invalidRequest(MASKED_KEY_MOVED, 'backend.auth_header_value');
     key = stored.auth_header_value;
   }
   return {
@@ -183,6 +197,14 @@ function ownBackend(input: BackendInput, stored: BackendBinding | null): Backend
     allowed_paths: input.allowed_paths,
   };
 }
+
+/** Field by field: stored bindings come back from jsonb with their keys reordered. */
+const sameBinding = (a: BackendBinding, b: BackendBinding) =>
+  a.base_url === b.base_url &&
+  (a.auth_header_name ?? null) === (b.auth_header_name ?? null) &&
+  (a.auth_header_value ?? null) === (b.auth_header_value ?? null) &&
+  JSON.stringify(a.allowed_methods) === JSON.stringify(b.allowed_methods) &&
+  JSON.stringify(a.allowed_paths) === JSON.stringify(b.allowed_paths);
 
 /**
  * Reads the point lists of the product's objects from the backend and checks the chosen
@@ -195,8 +217,19 @@ async function resolvePoints(
   backend: BackendBinding | null,
 ) {
   const binding = source?.backend ?? backend;
-  if (!binding) {
+  if (!binding)
     throw invalidRequest('a points selection needs a source or backend to read the points from', 'selection');
+  if (source && source.protocol !== 'platform') {
+    throw invalidRequest(
+      `a points selection needs a platform-protocol source to list points; '${source.id}' is generic`,
+      'selection',
+    );
+  }
+  if (!binding.allowed_methods.includes('GET')) {
+    throw invalidRequest(
+      'a points selection needs a binding that allows GET, to list the points',
+      'selection',
+    );
   }
   const known = new Set<string>();
   for (const object of objects) {
@@ -218,8 +251,21 @@ async function resolvePoints(
   return chosen;
 }
 
+/** Objects a product uses must be objects of its source; checked again under the source's lock. */
+function checkServed(objects: string[], source: SourceRecord, input: ProductInput) {
+  const notServed = objects.findIndex((o) => !source.objects.includes(o));
+  if (notServed >= 0) {
+    const field = input.objects?.length ? `objects[${notServed}]` : 'building_id';
+    throw invalidRequest(`'${objects[notServed]}' is not an object of source '${source.id}'`, field);
+  }
+}
+
+/**
+ * Turns a request into the product to store. Reads (and, for a changed points selection, calls
+ * the backend) outside any transaction: no lock is held while a remote system answers.
+ */
 async function buildProduct(
-  trx: Knex.Transaction,
+  db: Db,
   input: ProductInput,
   id: string,
   stored: ProductRecord | undefined,
@@ -227,13 +273,14 @@ async function buildProduct(
   const objects = input.objects?.length ? input.objects : input.building_id ? [input.building_id] : [];
   if (objects.length === 0) throw invalidRequest('needs at least one object (or a building_id)', 'objects');
 
-  // Delivery is settled at creation: a replace keeps it.
-  let sourceId = input.source_id ?? null;
-  let delegationId = input.delegation_id ?? null;
+  // Delivery is settled at creation (exactly one way); a replace keeps it.
+  let sourceId: string | null;
+  let delegationId: string | null;
+  let backend: BackendBinding | null;
   if (stored) {
     if (input.source_id && input.source_id !== stored.source_id) {
       throw invalidRequest(
-        `the delivery of a product stays as it is; it is '${stored.source_id}'`,
+        `the delivery of a product stays as it is; it is '${stored.source_id ?? 'its own backend'}'`,
         'source_id',
       );
     }
@@ -242,31 +289,43 @@ async function buildProduct(
     }
     sourceId = stored.source_id;
     delegationId = stored.delegation_id;
-  } else if (delegationId) {
+    backend = stored.backend;
+    // For a source-delivered product the answer shows its source's binding: sending it back changes nothing.
+    if (
+      input.backend &&
+      stored.backend &&
+      !sameBinding(ownBackend(input.backend, stored.backend), stored.backend)
+    ) {
+      throw invalidRequest(
+        'the delivery of a product stays as it is: send its backend back unchanged or leave it out',
+        'backend',
+      );
+    }
+  } else {
+    sourceId = input.source_id ?? null;
+    delegationId = input.delegation_id ?? null;
+    const ways = [sourceId, input.backend, delegationId].filter((w) => w !== null && w !== undefined).length;
+    if (ways === 0)
+      throw invalidRequest(
+        'a product needs a source that delivers it (source_id) or its own backend',
+        'source_id',
+      );
+    if (ways > 1) {
+      throw invalidRequest(
+        'give one way of delivery: source_id, backend or delegation_id',
+        input.backend ? 'backend' : 'delegation_id',
+      );
+    }
     // Delegations (deliveries by a supplier) arrive with the delegation feature; none exists yet.
-    throw invalidRequest(`no delegation '${delegationId}'`, 'delegation_id');
-  }
-  const backend = input.backend
-    ? ownBackend(input.backend, stored?.backend ?? null)
-    : (stored?.backend ?? null);
-  if (!sourceId && !backend && !delegationId) {
-    throw invalidRequest(
-      'a product needs a source that delivers it (source_id) or its own backend',
-      'source_id',
-    );
+    if (delegationId) throw invalidRequest(`no delegation '${delegationId}'`, 'delegation_id');
+    backend = input.backend ? ownBackend(input.backend, null) : null;
   }
 
   let source: SourceRecord | undefined;
   if (sourceId) {
-    // FOR SHARE: a concurrent change of the source cannot drop an object this product is about to use.
-    const row = await trx('sources').where({ id: sourceId }).forShare().first('id');
-    source = row ? await sourceStore(trx).get(sourceId) : undefined;
+    source = await sourceStore(db).get(sourceId);
     if (!source) throw invalidRequest(`no source '${sourceId}'`, 'source_id');
-    const notServed = objects.findIndex((o) => !source!.objects.includes(o));
-    if (notServed >= 0) {
-      const field = input.objects?.length ? `objects[${notServed}]` : 'building_id';
-      throw invalidRequest(`'${objects[notServed]}' is not an object of source '${sourceId}'`, field);
-    }
+    checkServed(objects, source, input);
   }
 
   const kind = input.selection?.kind ?? 'all';
@@ -313,6 +372,30 @@ async function buildProduct(
   };
 }
 
+/**
+ * Writes a built product. FOR SHARE on its source: a concurrent change of the source cannot
+ * drop an object this product is about to use (PUT sources locks the row FOR UPDATE).
+ */
+async function writeProduct(
+  db: Db,
+  built: Omit<ProductRecord, 'created_at'>,
+  input: ProductInput,
+  mode: 'insert' | 'replace',
+) {
+  return db.transaction(async (trx) => {
+    if (built.source_id) {
+      const locked: unknown = await trx('sources').where({ id: built.source_id }).forShare().first('id');
+      const source = locked ? await sourceStore(trx).get(built.source_id) : undefined;
+      if (!source) throw invalidRequest(`no source '${built.source_id}'`, 'source_id');
+      checkServed(built.objects, source, input);
+    }
+    if (mode === 'insert') return productStore(trx).insert(built);
+    if (!(await trx('products').where({ id: built.id }).forUpdate().first('id')))
+      throw notFound('product', built.id);
+    return productStore(trx).replace(built);
+  });
+}
+
 export function productRoutes(services: Services) {
   const { db } = services;
   const sourceOf = async (p: ProductRecord) => (p.source_id ? sourceStore(db).get(p.source_id) : undefined);
@@ -330,16 +413,14 @@ export function productRoutes(services: Services) {
       async handler({ body }) {
         const id = body.id ?? idFromName(body.title);
         if (!id) throw invalidRequest('gives no usable id; send an id', 'title');
-        return db.transaction(async (trx) => {
-          if (await productStore(trx).exists(id)) throw conflict(`a product with id '${id}' already exists`);
-          const { product, source } = await buildProduct(trx, body, id, undefined);
-          try {
-            return presentProduct(await productStore(trx).insert(product), source);
-          } catch (err) {
-            if (isUniqueViolation(err)) throw conflict(`a product with id '${id}' already exists`);
-            throw err;
-          }
-        });
+        if (await productStore(db).exists(id)) throw conflict(`a product with id '${id}' already exists`);
+        const { product, source } = await buildProduct(db, body, id, undefined);
+        try {
+          return presentProduct(await writeProduct(db, product, body, 'insert'), source);
+        } catch (err) {
+          if (isUniqueViolation(err)) throw conflict(`a product with id '${id}' already exists`);
+          throw err;
+        }
       },
     }),
     route<never, { cursor?: string; limit: number }>({
@@ -385,13 +466,10 @@ export function productRoutes(services: Services) {
       async handler({ params, body }) {
         if (body.id && body.id !== params.id)
           throw invalidRequest(`must be '${params.id}' or left out`, 'id');
-        return db.transaction(async (trx) => {
-          const stored = await trx('products').where({ id: params.id }).forUpdate().first('id');
-          const current = stored ? await productStore(trx).get(params.id) : undefined;
-          if (!current) throw notFound('product', params.id);
-          const { product, source } = await buildProduct(trx, body, params.id, current);
-          return presentProduct(await productStore(trx).replace(product), source);
-        });
+        const current = await productStore(db).get(params.id);
+        if (!current) throw notFound('product', params.id);
+        const { product, source } = await buildProduct(db, body, params.id, current);
+        return presentProduct(await writeProduct(db, product, body, 'replace'), source);
       },
     }),
   ];

@@ -41,25 +41,60 @@ const headerName = Joi.string()
   .pattern(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/)
   .messages({ 'string.pattern.base': 'must be an HTTP header name' });
 
+/**
+ * Object ids and the system's local ids become path segments (`v1/buildings/{local id}/**`):
+ * letters, digits and `. _ : -` only, so that an id can never widen what a binding lets through.
+ */
+export const OBJECT_ID_PATTERN = /^(?!\.{1,2}$)[A-Za-z0-9._:-]{1,256}$/;
+export const objectId = () =>
+  Joi.string().pattern(OBJECT_ID_PATTERN).messages({
+    'string.pattern.base': 'must be letters, digits and . _ : - only (it becomes a path segment)',
+  });
+
+/** A base URL that carries no credentials: keys travel in the key header, where they are masked. */
+export const baseUrl = () =>
+  Joi.string()
+    .uri({ scheme: ['http', 'https'] })
+    .custom((v: string, h) => {
+      const u = new URL(v);
+      return u.username || u.password
+        ? h.message({ custom: 'must not carry credentials; put the key in auth_header_value' })
+        : v;
+    });
+
+/** A path below the base URL: relative, no `.`/`..` segments, no scheme. */
+export const relativePath = () =>
+  Joi.string()
+    .max(2048)
+    .custom((v: string, h) => {
+      const p = v.split(/[?#]/)[0]!;
+      const bad =
+        /^[a-z][a-z0-9+.-]*:/i.test(v) ||
+        v.startsWith('//') ||
+        p.split('/').some((s) => s === '.' || s === '..') ||
+        /%2e|%2f|\\/i.test(p);
+      return bad
+        ? h.message({ custom: 'must be a path below the base URL (no scheme, no . or .. segments)' })
+        : v;
+    });
+
 export const linkDetail = Joi.object({
-  local_id: Joi.string().min(1).allow(null),
+  local_id: objectId().allow(null),
   auth_header_value: nullableString(),
   provides: Joi.string()
     .valid(...PROVIDES)
     .allow(null),
 });
 
-export const link = linkDetail.keys({ object: Joi.string().min(1).required() });
+export const link = linkDetail.keys({ object: objectId().required() });
 
 export const backendBinding = Joi.object({
-  base_url: Joi.string()
-    .uri({ scheme: ['http', 'https'] })
-    .required(),
+  base_url: baseUrl().required(),
   auth_header_name: headerName.allow(null),
   auth_header_value: nullableString(),
   allowed_methods: Joi.array()
     .items(Joi.string().valid(...HTTP_METHODS))
     .unique(),
   allowed_paths: Joi.array().items(pathPattern).unique(),
-  links: Joi.object().pattern(Joi.string().min(1), linkDetail),
+  links: Joi.object().pattern(OBJECT_ID_PATTERN, linkDetail),
 });

@@ -2,11 +2,23 @@
 import Joi from 'joi';
 import { route } from '../routes.js';
 import type { Services } from '../services.js';
-import { backendBinding, idParams, link, pageOf, pageQuery, resourceId, toPageRequest } from './schemas.js';
-import { dateTime, nullableString } from '../validation.js';
+import {
+  backendBinding,
+  idParams,
+  link,
+  objectId,
+  pageOf,
+  pageQuery,
+  relativePath,
+  resourceId,
+  toPageRequest,
+} from './schemas.js';
+import { dateTime } from '../validation.js';
 import {
   PROTOCOLS,
+  MASKED_KEY_MOVED,
   droppedObjects,
+  keyDestinationUnchanged,
   linksForOutput,
   maskedBinding,
   resolveLinks,
@@ -41,8 +53,8 @@ const sourceBody = Joi.object({
   protocol: Joi.string()
     .valid(...PROTOCOLS)
     .allow(null),
-  health_path: nullableString(),
-  objects: Joi.array().items(Joi.string().min(1).max(256)).unique(),
+  health_path: relativePath().allow(null),
+  objects: Joi.array().items(objectId()).unique(),
   backend: backendBinding.allow(null),
   links: Joi.array().items(link),
   created_at: dateTime().description('output only; ignored on input'),
@@ -104,6 +116,8 @@ function buildSource(
     if (isMasked(key)) {
       if (!stored?.backend?.auth_header_value)
         throw invalidRequest('is masked but no key is stored', 'backend.auth_header_value');
+      if (!keyDestinationUnchanged(stored.backend, b))
+        throw invalidRequest(MASKED_KEY_MOVED, 'backend.auth_header_value');
       key = stored.backend.auth_header_value;
     }
     backend = {
@@ -114,7 +128,8 @@ function buildSource(
       allowed_paths: b.allowed_paths ?? [],
     };
   }
-  const links = resolveLinks(objects, input.links, input.backend?.links, stored?.links);
+  const keepMasked = !input.backend || keyDestinationUnchanged(stored?.backend, input.backend);
+  const links = resolveLinks(objects, input.links, input.backend?.links, stored?.links, keepMasked);
   return { id, name: input.name, protocol, health_path: input.health_path ?? null, objects, backend, links };
 }
 

@@ -3,7 +3,18 @@ import type { Logger } from 'pino';
 import { ApiError } from '../../domain/errors.js';
 
 /** Errors thrown by koa-body and Koa itself carry an HTTP status; map them to our codes. */
-function fromHttpError(err: { status?: number; message?: string; expose?: boolean }): ApiError | undefined {
+function fromHttpError(err: { status?: number; message?: string; code?: string }): ApiError | undefined {
+  // A body whose Content-Encoding does not match its bytes.
+  if (typeof err.code === 'string' && err.code.startsWith('Z_')) {
+    return new ApiError('invalid_request', 'the request body could not be decoded (Content-Encoding)');
+  }
+  // PostgreSQL class 22 (data exception): e.g. a NUL character, which text columns cannot hold.
+  if (typeof err.code === 'string' && /^22[0-9A-Z]{3}$/.test(err.code)) {
+    return new ApiError(
+      'invalid_request',
+      'a value in the request cannot be stored (for example a NUL character)',
+    );
+  }
   const status = err.status;
   if (typeof status !== 'number' || status < 400 || status >= 500) return undefined;
   if (status === 413)
@@ -29,7 +40,8 @@ export function managementErrors(logger: Logger) {
         throw new ApiError('not_found', `no route ${ctx.method} ${ctx.path}`);
       }
     } catch (err) {
-      const apiError = err instanceof ApiError ? err : fromHttpError(err as { status?: number });
+      const apiError =
+        err instanceof ApiError ? err : fromHttpError(err as { status?: number; code?: string });
       if (apiError) {
         ctx.status = apiError.status;
         ctx.body = { error: { code: apiError.code, message: apiError.message } };

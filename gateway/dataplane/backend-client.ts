@@ -2,7 +2,7 @@
  * Calls to a holder's backend from the control side (source test, point resolution of a
  * product). Bounded connect, header and total timeouts; answers are size-capped.
  */
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import type { BackendBinding, LinkDetail } from '../../domain/sources.js';
 
 export interface BackendTarget {
@@ -24,6 +24,13 @@ export class BackendCallError extends Error {
 const TIMEOUTS = { connect: 3_000, headers: 5_000, total: 10_000 };
 const MAX_CONTROL_ANSWER = 16 * 1024 * 1024;
 
+/** One pool for control-side calls, with the connect timeout bounded too. */
+const dispatcher = new Agent({
+  connect: { timeout: TIMEOUTS.connect },
+  headersTimeout: TIMEOUTS.headers,
+  bodyTimeout: TIMEOUTS.total,
+});
+
 export function joinUrl(base: string, path: string): string {
   return `${base.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
 }
@@ -40,8 +47,7 @@ async function call(target: BackendTarget, path: string) {
   const res = await request(url, {
     method: 'GET',
     headers: { accept: 'application/json', ...authHeaders(target) },
-    headersTimeout: TIMEOUTS.headers,
-    bodyTimeout: TIMEOUTS.total,
+    dispatcher,
     signal: AbortSignal.timeout(TIMEOUTS.total),
   });
   return { res, url, started };
@@ -107,33 +113,26 @@ function describe(err: unknown): string {
 
 /** The point ids a platform backend lists for one building (`GET v1/buildings/{local id}/points`). */
 export async function listPointIds(target: BackendTarget & { link: LinkDetail }): Promise<string[]> {
-  const path = `v1/buildings/${encodeURIComponent(target.link.local_id)}/points`;
-  let res;
+  // Local ids are restricted to path-safe characters (api/management/schemas.ts), so they go in as they are.
+  const path = `v1/buildings/${target.link.local_id}/points`;
+  const where = joinUrl(target.binding.base_url, path);
+  let status: number | null = null;
+  let parsed: unknown;
   try {
-    ({ res } = await call(target, path));
+    const { res } = await call(target, path);
+    status = res.statusCode;
+    const body = await readCapped(res.body);
+    if (status !== 200) throw new BackendCallError(`${where} answered ${status}`, status);
+    parsed = JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw new BackendCallError(
-      `could not reach ${joinUrl(target.binding.base_url, path)}: ${describe(err)}`,
-      null,
-    );
+    if (err instanceof BackendCallError) throw err;
+    // Network errors, a connection cut mid-answer, timeouts, a body that is not JSON.
+    const what = err instanceof SyntaxError ? 'did not answer JSON' : `could not be read: ${describe(err)}`;
+    throw new BackendCallError(`${where} ${what}`, status);
   }
-  const body = await readCapped(res.body);
-  if (res.statusCode !== 200) {
-    throw new BackendCallError(
-      `${joinUrl(target.binding.base_url, path)} answered ${res.statusCode}`,
-      res.statusCode,
-    );
-  }
-  let parsed: { points?: Array<{ point_id?: unknown }> };
-  try {
-    parsed = JSON.parse(body.toString('utf8')) as typeof parsed;
-  } catch {
-    throw new BackendCallError(
-      `${joinUrl(target.binding.base_url, path)} did not answer JSON`,
-      res.statusCode,
-    );
-  }
-  if (!Array.isArray(parsed.points))
-    throw new BackendCallError(`${path}: the answer has no points list`, res.statusCode);
-  return parsed.points.map((p) => p.point_id).filter((id): id is string => typeof id === 'string');
+  const points = (parsed as { points?: unknown } | null)?.points;
+  if (!Array.isArray(points)) throw new BackendCallError(`${where}: the answer has no points list`, status);
+  return points
+    .map((p) => (p !== null && typeof p === 'object' ? (p as { point_id?: unknown }).point_id : undefined))
+    .filter((id): id is string => typeof id === 'string' && id.length > 0);
 }

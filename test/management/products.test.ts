@@ -89,8 +89,15 @@ describe('management API: products (with the sample building backend)', () => {
       profile: DATA_PROFILE,
       sort: 'All points of 2 buildings',
       source_id: 'campus-bms',
-      backend: null,
       delegation_id: null,
+    });
+    // The binding that delivers it is its source's, key masked.
+    expect(res.body.backend).to.deep.equal({
+      base_url: backend.url,
+      auth_header_name: 'X-Api-Key',
+      auth_header_value: MASK,
+      allowed_methods: ['GET'],
+      allowed_paths: [],
     });
     expect(res.body.delivery).to.deep.include({
       mode: 'own',
@@ -317,8 +324,37 @@ describe('management API: products (with the sample building backend)', () => {
       [{ ...ok, delegation_id: 'urn:uuid:0f8fad5b-d9cb-469f-a165-70867728950e' }, 'delegation_id'],
       [{ ...ok, keywords: 'hvac' }, 'keywords'],
       [
-        { ...ok, backend: { base_url: 'http://x', allowed_methods: [], allowed_paths: ['**'] } },
+        {
+          title: 'T',
+          objects: [RICE],
+          backend: { base_url: 'http://x', allowed_methods: [], allowed_paths: ['**'] },
+        },
         'backend.allowed_methods',
+      ],
+      [
+        { ...ok, backend: { base_url: 'http://x', allowed_methods: ['GET'], allowed_paths: ['**'] } },
+        'backend: give one way of delivery',
+      ],
+      [
+        {
+          title: 'T',
+          objects: [RICE],
+          backend: {
+            base_url: 'http://x',
+            allowed_methods: ['GET'],
+            allowed_paths: ['**'],
+            links: { a: {} },
+          },
+        },
+        'backend.links',
+      ],
+      [
+        {
+          title: 'T',
+          objects: [RICE],
+          backend: { base_url: 'http://u:p@x', allowed_methods: ['GET'], allowed_paths: ['**'] },
+        },
+        'backend.base_url',
       ],
     ];
     for (const [body, field] of cases)
