@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import http from 'node:http';
 import { startTestConnector, uniqueName, type TestConnector } from '../support/stack.js';
+import { recordHistory } from '../support/histories.js';
 import { outboxStore } from '../../db/outbox.js';
 import { freePort } from '../../dev/processes.js';
 import type { OutboxDeliveryResult } from '../../workflows/outbox-delivery.js';
@@ -51,13 +52,20 @@ describe('workflow: outbox delivery (worker on the Temporal dev server)', () => 
     });
   }
 
-  async function deliver(outboxId: number, retry: DeliveryRetry = fast): Promise<OutboxDeliveryResult> {
-    return connector.temporal.workflow.execute('outboxDelivery', {
+  async function deliver(
+    outboxId: number,
+    retry: DeliveryRetry = fast,
+    record?: string,
+  ): Promise<OutboxDeliveryResult> {
+    const workflowId = `outbox/${outboxId}/${uniqueName('try')}`;
+    const result = await connector.temporal.workflow.execute('outboxDelivery', {
       taskQueue: connector.taskQueue,
-      workflowId: `outbox/${outboxId}/${uniqueName('try')}`,
+      workflowId,
       args: [{ outboxId, retry }],
       workflowExecutionTimeout: '60 seconds',
     });
+    if (record) await recordHistory(connector, workflowId, record);
+    return result;
   }
 
   it('delivers after retryable failures, recording every attempt', async () => {
@@ -65,7 +73,7 @@ describe('workflow: outbox delivery (worker on the Temporal dev server)', () => 
     try {
       const row = await enqueue(p.url);
       expect(row).to.include({ status: 'pending', attempts: 0 });
-      const result = await deliver(row.id);
+      const result = await deliver(row.id, fast, 'outbox-delivery-retried');
       expect(result).to.deep.equal({ delivered: true, status: 200 });
       const after = (await outboxStore(connector.db).get(row.id))!;
       expect(after).to.include({ status: 'delivered', attempts: 3, response_status: 200, last_error: null });
@@ -99,7 +107,11 @@ describe('workflow: outbox delivery (worker on the Temporal dev server)', () => 
   it('drops a message when the retries run out, with a readable error and next_attempt_at shown', async () => {
     const port = await freePort(); // nobody listens here
     const row = await enqueue(`http://127.0.0.1:${port}/dsp/x`);
-    const result = await deliver(row.id, { initialIntervalMs: 50, maxIntervalMs: 100, maxAttempts: 3 });
+    const result = await deliver(
+      row.id,
+      { initialIntervalMs: 50, maxIntervalMs: 100, maxAttempts: 3 },
+      'outbox-delivery-dropped',
+    );
     expect(result).to.deep.equal({
       delivered: false,
       error: 'message not delivered after retries: connection refused',
