@@ -5,6 +5,7 @@
 import Joi from 'joi';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseDurationMs } from './domain/duration.js';
 
 export const PROJECT_ROOT = path.dirname(fileURLToPath(import.meta.url)).replace(/[\\/]dist$/, '');
 
@@ -29,6 +30,18 @@ export interface Config {
   logLevel: string;
   demoBackend: boolean;
   demoBackendPort: number;
+  /** APPROVAL_DEADLINE: how long a contract request waits for an operator's approval. */
+  approvalDeadlineMs: number;
+  identity: {
+    /** CONNECTOR_DID; null: derived from PUBLIC_URL (auth/did.ts). */
+    did: string | null;
+    /** KEY_ENCRYPTION_KEY, base64 of 32 bytes; null: the key file DATA_DIR/keys/kek. */
+    keyEncryptionKey: string | null;
+    /** DID_WEB_ALLOW_HTTP: loopback did:web DIDs (with a port) resolve over http; for local demos and tests. */
+    didWebAllowHttp: boolean;
+  };
+  /** AUTHORITY_URL: the data-space authority's member registry; null: nobody is a member. */
+  authorityUrl: string | null;
 }
 
 const schema = Joi.object({
@@ -52,6 +65,18 @@ const schema = Joi.object({
   LOG_LEVEL: Joi.string().valid('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent').default('info'),
   DEMO_BACKEND: Joi.boolean().truthy('1').falsy('0').default(true),
   DEMO_BACKEND_PORT: Joi.number().integer().min(0).max(65535).default(8090),
+  APPROVAL_DEADLINE: Joi.string()
+    .custom((v: string, h) => (parseDurationMs(v) ? v : h.error('any.invalid')))
+    .message('"APPROVAL_DEADLINE" must be an ISO 8601 duration with W, D, H, M, S (e.g. P2D, PT30M)')
+    .default('P2D'),
+  CONNECTOR_DID: Joi.string()
+    .pattern(/^did:web:[^\s/?#]+$/)
+    .message('"CONNECTOR_DID" must be a did:web DID'),
+  KEY_ENCRYPTION_KEY: Joi.string()
+    .pattern(/^[A-Za-z0-9+/]{43}=?$/)
+    .message('"KEY_ENCRYPTION_KEY" must be 32 bytes in base64 (e.g. openssl rand -base64 32)'),
+  AUTHORITY_URL: Joi.string().uri({ scheme: ['http', 'https'] }),
+  DID_WEB_ALLOW_HTTP: Joi.boolean().truthy('1').falsy('0').default(false),
 }).unknown(true);
 
 export class ConfigError extends Error {
@@ -83,5 +108,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: v.LOG_LEVEL,
     demoBackend: v.DEMO_BACKEND,
     demoBackendPort: v.DEMO_BACKEND_PORT,
+    approvalDeadlineMs: parseDurationMs(v.APPROVAL_DEADLINE)!,
+    identity: {
+      did: v.CONNECTOR_DID ?? null,
+      keyEncryptionKey: v.KEY_ENCRYPTION_KEY ?? null,
+      didWebAllowHttp: v.DID_WEB_ALLOW_HTTP,
+    },
+    authorityUrl: v.AUTHORITY_URL ? String(v.AUTHORITY_URL).replace(/\/+$/, '') : null,
   };
 }

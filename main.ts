@@ -19,10 +19,20 @@ import {
 } from '@temporalio/worker';
 import { createDb, migrateLatest, type Db } from './db/knex.js';
 import { createApp } from './api/app.js';
+import type { Services } from './api/services.js';
+import { DSP_BASE_PATH } from './domain/dsp.js';
+import { DEFAULT_DELIVERY_RETRY } from './domain/outbox.js';
 import { createActivities } from './activities/index.js';
 import { apiKeyStore } from './db/api-keys.js';
 import { createApiKey } from './auth/api-keys.js';
 import { loadConfig, ConfigError, PROJECT_ROOT, type Config } from './config.js';
+import {
+  connectorIdentity,
+  connectorTrust,
+  loadIdentityKeys,
+  type ConnectorIdentity,
+  type ConnectorTrust,
+} from './auth/identity.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const version = (
@@ -96,6 +106,12 @@ export interface RunningConnector {
   temporal: Client;
   /** The admin API key, created on the very first start only. */
   initialAdminKey: string | null;
+  /** Our DID, DID document and outbound connector tokens (auth/identity.ts). */
+  identity: ConnectorIdentity;
+  /** Checks inbound connector tokens (`verifyConnectorToken(token, { ourDid })`). */
+  verifyConnectorToken: ConnectorTrust['verifyConnectorToken'];
+  /** The authority's member registry (cached); refuses everyone without AUTHORITY_URL. */
+  authority: ConnectorTrust['authority'];
   stop(): Promise<void>;
 }
 
@@ -104,12 +120,31 @@ export async function startConnector(config: Config, options: StartOptions): Pro
   const db = createDb(options.databaseUrl);
   const applied = await migrateLatest(db);
   if (applied.length) logger.info({ migrations: applied }, 'database migrated');
+  const keys = await loadIdentityKeys(db, config, logger);
+  const trust = connectorTrust(db, config, logger);
 
   const connection = await Connection.connect({ address: options.temporalAddress });
   const temporal = new Client({ connection, namespace: config.temporal.namespace });
 
   // First start: no API key exists yet, so make an admin key and hand it out once.
   const initialAdminKey = config.roles.includes('api') ? await bootstrapAdminKey(db) : null;
+
+  // Listen first: with PORT=0 our address, and so our DID, is known only then. Until the app is
+  // mounted below, requests are answered 503.
+  let server: http.Server | undefined;
+  let port = config.port;
+  let handleRequest: (req: http.IncomingMessage, res: http.ServerResponse) => unknown = (_req, res) =>
+    res.writeHead(503).end();
+  if (config.roles.includes('api')) {
+    server = http.createServer((req, res) => void handleRequest(req, res));
+    await new Promise<void>((resolve, reject) => {
+      server!.once('error', reject);
+      server!.listen(config.port, config.host, () => resolve());
+    });
+    port = (server.address() as { port: number }).port;
+  }
+  const url = config.publicUrl.replace(/:0(?=$|\/)/, `:${port}`);
+  const identity = connectorIdentity(config, url, keys);
 
   let worker: Worker | undefined;
   let workerRun: Promise<void> | undefined;
@@ -123,53 +158,69 @@ export async function startConnector(config: Config, options: StartOptions): Pro
       ...(options.workflowBundle
         ? { workflowBundle: options.workflowBundle }
         : { workflowBundle: await bundleWorkflows() }),
-      activities: createActivities({ db }),
+      activities: createActivities({
+        db,
+        authorize: async (m) => ({ authorization: `Bearer ${await identity.issueToken(m.counterparty_did)}` }),
+      }),
     });
     workerRun = worker.run().finally(() => nativeConnection.close());
     workerRun.catch((err: unknown) => logger.error({ err }, 'worker stopped'));
   }
 
-  let server: http.Server | undefined;
-  let port = config.port;
-  if (config.roles.includes('api')) {
-    const services = { db, logger, temporal, taskQueue: config.temporal.taskQueue, version };
-    const app = createApp(services, {
-      async ready() {
-        const checks: Record<string, string> = {};
-        // Details go to the log; the unauthenticated probe answers only what is down.
-        try {
-          await db.raw('select 1');
-          checks.database = 'ok';
-        } catch (err) {
-          logger.warn({ err }, 'readiness: database');
-          checks.database = 'unavailable';
-        }
-        try {
-          await connection.healthService.check({});
-          checks.temporal = 'ok';
-        } catch (err) {
-          logger.warn({ err }, 'readiness: temporal');
-          checks.temporal = 'unavailable';
-        }
-        if (worker) checks.worker = worker.getState() === 'RUNNING' ? 'ok' : worker.getState().toLowerCase();
-        return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
+  if (server) {
+    const services: Services = {
+      db,
+      logger,
+      temporal,
+      taskQueue: config.temporal.taskQueue,
+      version,
+      connector: {
+        did: identity.did,
+        publicUrl: url,
+        dspAddress: `${url}${DSP_BASE_PATH}`,
+        approvalTimeoutMs: config.approvalDeadlineMs,
+        deliveryRetry: DEFAULT_DELIVERY_RETRY,
       },
-    });
-    server = http.createServer(app.callback());
-    await new Promise<void>((resolve, reject) => {
-      server!.once('error', reject);
-      server!.listen(config.port, config.host, () => resolve());
-    });
-    port = (server.address() as { port: number }).port;
+    };
+    const app = createApp(
+      services,
+      {
+        async ready() {
+          const checks: Record<string, string> = {};
+          // Details go to the log; the unauthenticated probe answers only what is down.
+          try {
+            await db.raw('select 1');
+            checks.database = 'ok';
+          } catch (err) {
+            logger.warn({ err }, 'readiness: database');
+            checks.database = 'unavailable';
+          }
+          try {
+            await connection.healthService.check({});
+            checks.temporal = 'ok';
+          } catch (err) {
+            logger.warn({ err }, 'readiness: temporal');
+            checks.temporal = 'unavailable';
+          }
+          if (worker)
+            checks.worker = worker.getState() === 'RUNNING' ? 'ok' : worker.getState().toLowerCase();
+          return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
+        },
+      },
+      { identity, trust },
+    );
+    handleRequest = app.callback();
   }
 
-  const url = config.publicUrl.replace(/:0(?=$|\/)/, `:${port}`);
   return {
     url,
     port,
     db,
     temporal,
     initialAdminKey,
+    identity,
+    verifyConnectorToken: trust.verifyConnectorToken,
+    authority: trust.authority,
     async stop() {
       if (server) {
         // Finish requests in flight (up to 5 s), then cut what is left.

@@ -1,11 +1,14 @@
 import type { Db } from '../db/knex.js';
 import { createOutboxActivities } from './outbox.js';
+import { createNegotiationActivities } from './negotiation.js';
 
 export interface ActivityDeps {
   db: Db;
+  /** Headers that authenticate an outbound message to a counterparty (our connector token). */
+  authorize?: (message: { counterparty_did: string; url: string }) => Promise<Record<string, string>>;
 }
 
 /** All activities, built from their dependencies (the worker registers the result). */
 export function createActivities(deps: ActivityDeps) {
-  return { ...createOutboxActivities({ db: deps.db }) };
+  return { ...createOutboxActivities({ db: deps.db, ...(deps.authorize ? { authorize: deps.authorize } : {}) }), ...createNegotiationActivities({ db: deps.db }) };
 }

@@ -13,6 +13,17 @@ export interface OutboxDeps {
 }
 
 const ATTEMPT_TIMEOUT_MS = 10_000;
+const MAX_ANSWER_CHARS = 64 * 1024;
+
+/** The counterparty's answer, for the process to read (e.g. the providerPid in a 201); small JSON only. */
+function parseAnswer(text: string): unknown {
+  if (!text || text.length > MAX_ANSWER_CHARS) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
 
 export function createOutboxActivities(deps: OutboxDeps) {
   const store = outboxStore(deps.db);
@@ -25,10 +36,10 @@ export function createOutboxActivities(deps: OutboxDeps) {
      * One delivery attempt. Throws a retryable failure for network errors and retryable
      * statuses (Temporal retries with the policy), a non-retryable one for a final refusal.
      */
-    async deliverOutboxMessage(id: number, policy: DeliveryRetry): Promise<{ status: number }> {
+    async deliverOutboxMessage(id: number, policy: DeliveryRetry): Promise<{ status: number; body: unknown }> {
       const row = await store.get(id);
       if (!row) throw ApplicationFailure.nonRetryable(`outbox message ${id} does not exist`, 'OutboxMissing');
-      if (row.status === 'delivered') return { status: row.response_status ?? 200 };
+      if (row.status === 'delivered') return { status: row.response_status ?? 200, body: null };
       const attempt = Context.current().info.attempt;
       // After the last attempt there is no next one: the row shows now, and the workflow drops it.
       const nextAttemptAt = new Date(
@@ -48,13 +59,13 @@ export function createOutboxActivities(deps: OutboxDeps) {
           signal: AbortSignal.timeout(ATTEMPT_TIMEOUT_MS),
         });
         status = res.statusCode;
-        const text = (await res.body.text()).slice(0, 500);
+        const text = await res.body.text();
         if (status >= 200 && status < 300) {
           await store.recordAttempt(id, { error: null, status, nextAttemptAt: new Date() });
           await store.markDelivered(id, status);
-          return { status };
+          return { status, body: parseAnswer(text) };
         }
-        error = `the counterparty answered ${status}${text ? `: ${text}` : ''}`;
+        error = `the counterparty answered ${status}${text ? `: ${text.slice(0, 500)}` : ''}`;
       } catch (err) {
         const e = err as { code?: string; name?: string; message?: string };
         error =

@@ -15,6 +15,18 @@ import { offerRoutes } from './management/offers.js';
 import { policyRoutes } from './management/policies.js';
 import { apiKeyRoutes } from './management/api-keys.js';
 import { ApiError } from '../domain/errors.js';
+import { protocolRouter, versionRouter } from './protocol/index.js';
+import { requireConnector, type Peer } from './middleware/connector-auth.js';
+import type { ConnectorTrust } from '../auth/identity.js';
+import type { PolicyContext } from '../domain/policy-evaluation.js';
+import { negotiationRoutes } from './management/negotiations.js';
+
+/** What the policies of an offer are evaluated against for an authenticated peer. */
+function peerPolicyContext(ctx: Koa.Context): Promise<PolicyContext> {
+  const peer = ctx.state.peer as Peer;
+  return Promise.resolve({ participantDid: peer.did, roles: peer.roles, membership: 'active', now: new Date(), purpose: null });
+}
+import { didDocumentPath, type DidDocument } from '../auth/did.js';
 
 export interface Readiness {
   ready(): Promise<{ ok: boolean; checks: Record<string, string> }>;
@@ -100,6 +112,7 @@ export function managementRouter(services: Services): { router: Router; registry
     ...offerRoutes(services),
     ...policyRoutes(services),
     ...apiKeyRoutes(services),
+    ...negotiationRoutes(services),
   ]);
   const document = buildOpenApi([registry], { version: services.version });
   router.get('/openapi.json', function openApiDocument(ctx) {
@@ -111,7 +124,27 @@ export function managementRouter(services: Services): { router: Router; registry
   return { router, registry };
 }
 
-export function createApp(services: Services, readiness: Readiness): Koa {
+/** Our DID document, public: `/.well-known/did.json`, and `<path>/did.json` for a did:web with a path. */
+function didDocumentRoutes(identity: { did: string; didDocument: DidDocument }): Router {
+  const router = new Router();
+  const paths = new Set(['/.well-known/did.json', didDocumentPath(identity.did)]);
+  for (const path of paths) {
+    router.get(path, function didDocument(ctx) {
+      ctx.type = 'application/did+json';
+      ctx.body = identity.didDocument;
+    });
+  }
+  return router;
+}
+
+export interface ConnectorSurfaces {
+  identity?: { did: string; didDocument: DidDocument };
+  /** What checks calls from other connectors; without it the protocol endpoints are not served. */
+  trust?: Pick<ConnectorTrust, 'verifyConnectorToken' | 'authority'>;
+}
+
+export function createApp(services: Services, readiness: Readiness, surfaces: ConnectorSurfaces = {}): Koa {
+  const { identity, trust } = surfaces;
   const app = new Koa({ proxy: false });
   app.silent = true;
   app.use(requestIds());
@@ -127,9 +160,20 @@ export function createApp(services: Services, readiness: Readiness): Koa {
     ctx.body = { status: r.ok ? 'ready' : 'not_ready', checks: r.checks };
   });
   app.use(probes.routes());
+  if (identity) app.use(didDocumentRoutes(identity).routes());
 
   const { router } = managementRouter(services);
   app.use(router.routes());
+
+  app.use(versionRouter().routes());
+  if (trust) {
+    const authenticatePeer = requireConnector({
+      ourDid: services.connector.did,
+      verify: trust.verifyConnectorToken,
+      authority: trust.authority,
+    });
+    app.use(protocolRouter(services, { authenticatePeer, policyContext: peerPolicyContext }).routes());
+  }
 
   // Anything else: the management error shape, so that callers always get a JSON error.
   app.use(function unknownRoute(ctx) {

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Client } from '@temporalio/client';
 import type { Db } from '../db/knex.js';
+import type { DeliveryRetry } from '../domain/outbox.js';
 
 /** What route handlers may use: storage, the Temporal client, logging. Built once per process. */
 export interface Services {
@@ -9,4 +10,17 @@ export interface Services {
   temporal: Client | null;
   taskQueue: string;
   version: string;
+  /** Who this connector is towards peers, and how its processes behave. */
+  connector: ConnectorSettings;
+}
+
+export interface ConnectorSettings {
+  /** Our participant DID. */
+  did: string;
+  /** Our public address and the DSP base below it (also our callbackAddress). */
+  publicUrl: string;
+  dspAddress: string;
+  /** How long a request waits for an operator's approval. */
+  approvalTimeoutMs: number;
+  deliveryRetry: DeliveryRetry;
 }

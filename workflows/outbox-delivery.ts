@@ -18,10 +18,14 @@ export interface OutboxDeliveryInput {
   retry: DeliveryRetry;
 }
 
-export type OutboxDeliveryResult = { delivered: true; status: number } | { delivered: false; error: string };
+export type OutboxDeliveryResult = { delivered: true; status: number; body?: unknown } | { delivered: false; error: string };
 
-export async function outboxDelivery(input: OutboxDeliveryInput): Promise<OutboxDeliveryResult> {
-  const { retry } = input;
+/**
+ * Delivers one outbox row from inside any workflow: one activity attempt per try under
+ * Temporal's retry policy; when retries run out the row is dropped and a readable error is
+ * returned. Process workflows call this inline (no child workflow: one hop less per message).
+ */
+export async function deliverFromOutbox(outboxId: number, retry: DeliveryRetry): Promise<OutboxDeliveryResult> {
   const { deliverOutboxMessage } = proxyActivities<OutboxActivities>({
     startToCloseTimeout: '15 seconds',
     retry: {
@@ -37,16 +41,22 @@ export async function outboxDelivery(input: OutboxDeliveryInput): Promise<Outbox
     retry: { maximumInterval: '10 seconds' },
   });
   try {
-    const { status } = await deliverOutboxMessage(input.outboxId, retry);
-    return { delivered: true, status };
+    const { status, body } = await deliverOutboxMessage(outboxId, retry);
+    return { delivered: true, status, body };
   } catch (err) {
     // A cancelled delivery (the process ended) is not a failed one: the row stays pending.
     if (isCancellation(err)) throw err;
     const cause = err instanceof ActivityFailure ? err.cause : err;
-    const reason =
-      cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
+    const reason = cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
     const error = `message not delivered after retries: ${reason}`;
-    await CancellationScope.nonCancellable(() => dropOutboxMessage(input.outboxId, error));
+    await CancellationScope.nonCancellable(() => dropOutboxMessage(outboxId, error));
     return { delivered: false, error };
   }
+}
+
+/** The workflow an operator's resend starts for a dropped or pending row. */
+export async function outboxDelivery(input: OutboxDeliveryInput): Promise<OutboxDeliveryResult> {
+  const result = await deliverFromOutbox(input.outboxId, input.retry);
+  // The answer body is for process workflows; the stand-alone delivery keeps its result small.
+  return result.delivered ? { delivered: true, status: result.status } : result;
 }

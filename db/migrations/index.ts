@@ -1,6 +1,9 @@
 import type { Knex } from 'knex';
 import * as foundation from './0001_foundation.js';
 import * as outbox from './0002_outbox.js';
+import * as evidence from './0003_evidence.js';
+import * as identity from './0004_identity.js';
+import * as negotiations from './0005_negotiations.js';
 
 interface Migration {
   up(knex: Knex): Promise<void>;
@@ -11,6 +14,9 @@ interface Migration {
 const all: Array<[string, Migration]> = [
   ['0001_foundation', foundation],
   ['0002_outbox', outbox],
+  ['0003_evidence', evidence],
+  ['0004_identity', identity],
+  ['0005_negotiations', negotiations],
 ];
 
 export const migrations: Knex.MigrationSource<[string, Migration]> = {

@@ -24,6 +24,9 @@ export function requireStack() {
   return stack as Required<typeof stack>;
 }
 
+/** Encrypts test connectors' private keys, so that tests never write a key file into ./data. */
+export const TEST_KEY_ENCRYPTION_KEY = randomBytes(32).toString('base64');
+
 export const uniqueName = (prefix: string) => `${prefix}_${randomBytes(4).toString('hex')}`;
 
 export async function createTestDatabase(prefix = 'test'): Promise<string> {
@@ -51,6 +54,7 @@ export async function startTestConnector(
     TEMPORAL_TASK_QUEUE: taskQueue,
     LOG_LEVEL: 'silent',
     DEMO_BACKEND: '0',
+    KEY_ENCRYPTION_KEY: TEST_KEY_ENCRYPTION_KEY,
     ...options.env,
   });
   const connector = await startConnector(config, {

@@ -1,0 +1,264 @@
+/**
+ * DSP 2025-1 contract negotiation endpoints, both roles, below the DSP base (dsp-edc.md §1.4).
+ * Provider: POST negotiations/request (201), POST negotiations/:pid/{request,events,
+ * agreement/verification,termination}, GET negotiations/:pid. Consumer (our callback address is
+ * the same base): POST negotiations/:cid/{offers,agreement,events,termination}, GET negotiations/:cid.
+ *
+ * Each message: the peer is authenticated (its token) → the body is validated → the message goes
+ * to the negotiation's workflow as an Update, whose validator consults the state table; the
+ * answer is sent only once the Update is accepted. Illegal transition → 400, unknown → 404.
+ */
+import { createHash } from 'node:crypto';
+import type Router from '@koa/router';
+import type Koa from 'koa';
+import type Joi from 'joi';
+import { WithStartWorkflowOperation, WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import type { Services } from '../services.js';
+import { negotiationStore } from '../../db/negotiations.js';
+import { offerStore } from '../../db/offers.js';
+import { policyStore } from '../../db/policies.js';
+import { productStore } from '../../db/products.js';
+import { negotiationAck, negotiationError, type OdrlOffer } from '../../domain/dsp.js';
+import { isTerminal, negotiationMessageKind, type NegotiationMessage } from '../../domain/negotiation.js';
+import { toOdrl } from '../../domain/policy.js';
+import {
+  ILLEGAL_TRANSITION,
+  dspMessageUpdate,
+  type NegotiationAck,
+  type NegotiationInput,
+} from '../../workflows/negotiation-messages.js';
+import {
+  contractAgreementSchema,
+  contractOfferSchema,
+  contractRequestSchema,
+  eventSchema,
+  terminationSchema,
+  verificationSchema,
+} from './schemas.js';
+
+/** A DSP refusal: status and a ContractNegotiationError body. */
+export class DspError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly reasons: string[],
+    readonly pids: { providerPid?: string | null; consumerPid?: string | null } = {},
+  ) {
+    super(reasons.join('; '));
+  }
+}
+
+interface Peer {
+  did: string;
+}
+
+const peerOf = (ctx: Koa.Context): Peer => ctx.state.peer as Peer;
+
+function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unknown> {
+  const { error, value } = schema.validate(body, { abortEarly: true });
+  if (error) {
+    const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
+    throw new DspError(400, 'invalid_message', [error.message], b);
+  }
+  return value as Record<string, unknown>;
+}
+
+/** The same initial request (same consumer, same consumerPid) always finds the same workflow and providerPid. */
+function providerIdentity(consumerDid: string, consumerPid: string) {
+  const digest = createHash('sha256').update(`${consumerDid}\n${consumerPid}`).digest('hex');
+  const uuid = `${digest.slice(0, 8)}-${digest.slice(8, 12)}-4${digest.slice(13, 16)}-a${digest.slice(17, 20)}-${digest.slice(20, 32)}`;
+  return { workflowId: `negotiation/provider/${digest.slice(0, 32)}`, providerPid: `urn:uuid:${uuid}` };
+}
+
+function illegal(err: unknown): string | null {
+  if (!(err instanceof WorkflowUpdateFailedError)) return null;
+  const cause = err.cause;
+  return cause instanceof ApplicationFailure && cause.type === ILLEGAL_TRANSITION ? cause.message : null;
+}
+
+export function dspNegotiationRoutes(router: Router, services: Services): void {
+  const { db } = services;
+  const temporal = () => {
+    if (!services.temporal)
+      throw new DspError(503, 'unavailable', ['the connector cannot process messages right now']);
+    return services.temporal;
+  };
+
+  /** An inbound message on an existing negotiation, found by our pid and owned by this peer. */
+  async function onMessage(
+    ctx: Koa.Context,
+    schema: Joi.Schema,
+    expectedRole: 'provider' | 'consumer' | null,
+  ) {
+    const peer = peerOf(ctx);
+    const id = ctx.params.id!;
+    const body = validateMessage(schema, ctx.request.body);
+    const record = await negotiationStore(db).get(id);
+    // Unknown, or not a negotiation with this caller: 404 either way (nothing is revealed).
+    if (!record || record.counterparty_did !== peer.did || (expectedRole && record.role !== expectedRole)) {
+      throw new DspError(404, 'not_found', [`no negotiation ${id}`], body);
+    }
+    const ours = record.role === 'provider' ? body.providerPid : body.consumerPid;
+    if (ours !== id)
+      throw new DspError(400, 'pid_mismatch', ['the message names another process than its address'], body);
+    const kind = negotiationMessageKind(body) as NegotiationMessage;
+    let ack: NegotiationAck;
+    try {
+      ack = await temporal()
+        .workflow.getHandle(record.workflow_id)
+        .executeUpdate(dspMessageUpdate, {
+          args: [
+            { kind, body, messageId: typeof body['@id'] === 'string' ? body['@id'] : null, evidenceId: null },
+          ],
+        });
+    } catch (err) {
+      // The workflow has ended: the same final message again gets the same answer; anything else is illegal.
+      if (err instanceof WorkflowNotFoundError && isTerminal(record.state)) {
+        const repeat =
+          (kind === 'FinalizedEvent' && record.state === 'FINALIZED') ||
+          (kind === 'ContractNegotiationTerminationMessage' && record.state === 'TERMINATED');
+        if (repeat) {
+          ctx.status = 200;
+          ctx.body = negotiationAck(record.provider_pid ?? '', record.consumer_pid, record.state);
+          return;
+        }
+        throw new DspError(400, 'invalid_transition', [`the negotiation has ended (${record.state})`], {
+          providerPid: record.provider_pid,
+          consumerPid: record.consumer_pid,
+        });
+      }
+      const reason = illegal(err);
+      if (reason)
+        throw new DspError(400, 'invalid_transition', [reason], {
+          providerPid: record.provider_pid,
+          consumerPid: record.consumer_pid,
+        });
+      throw err;
+    }
+    ctx.status = 200;
+    ctx.body = negotiationAck(ack.providerPid ?? '', ack.consumerPid, ack.state);
+  }
+
+  // Provider: a consumer's initial request starts a negotiation (update-with-start).
+  router.post('/negotiations/request', async function receiveContractRequest(ctx) {
+    const peer = peerOf(ctx);
+    const body = validateMessage(contractRequestSchema, ctx.request.body);
+    if (body.providerPid)
+      throw new DspError(400, 'invalid_message', ['an initial request has no providerPid'], body);
+    const offerRef = body.offer as OdrlOffer;
+    const offer = await offerStore(db).get(offerRef['@id']);
+    if (!offer) throw new DspError(400, 'unknown_offer', [`no offer ${offerRef['@id']}`], body);
+    const [product, contract] = await Promise.all([
+      productStore(db).get(offer.asset_id),
+      policyStore(db).get(offer.contract_policy_id),
+    ]);
+    if (!product || !contract)
+      throw new DspError(400, 'unknown_offer', [`offer ${offer.id} is not available`], body);
+
+    const consumerPid = String(body.consumerPid);
+    const { workflowId, providerPid } = providerIdentity(peer.did, consumerPid);
+    const odrl = toOdrl(offer.id, contract);
+    const input: NegotiationInput = {
+      role: 'provider',
+      id: providerPid,
+      consumerPid,
+      providerPid,
+      ourDid: services.connector.did,
+      ourAddress: services.connector.dspAddress,
+      counterpartyDid: peer.did,
+      counterpartyAddress: String(body.callbackAddress),
+      offer: {
+        '@id': offer.id,
+        '@type': 'Offer',
+        target: product.id,
+        permission: odrl.permission,
+        prohibition: odrl.prohibition,
+        obligation: odrl.obligation,
+      },
+      datasetId: product.id,
+      offerId: offer.id,
+      purpose: null,
+      connectionAlias: null,
+      narrowing: (offerRef as { narrowing?: Record<string, unknown> }).narrowing ?? null,
+      approval: offer.approval,
+      approvalTimeoutMs: services.connector.approvalTimeoutMs,
+      retry: services.connector.deliveryRetry,
+    };
+    const ack = await temporal().workflow.executeUpdateWithStart(dspMessageUpdate, {
+      args: [
+        {
+          kind: 'ContractRequestMessage',
+          body,
+          messageId: typeof body['@id'] === 'string' ? body['@id'] : null,
+          evidenceId: null,
+        },
+      ],
+      startWorkflowOperation: new WithStartWorkflowOperation('negotiation', {
+        workflowId,
+        taskQueue: services.taskQueue,
+        args: [input],
+        workflowIdConflictPolicy: 'USE_EXISTING',
+        workflowIdReusePolicy: 'REJECT_DUPLICATE',
+      }),
+    });
+    ctx.status = 201;
+    ctx.body = negotiationAck(ack.providerPid ?? providerPid, ack.consumerPid, ack.state);
+  });
+
+  router.get('/negotiations/:id', async function readNegotiation(ctx) {
+    const record = await negotiationStore(db).get(ctx.params.id!);
+    if (!record || record.counterparty_did !== peerOf(ctx).did)
+      throw new DspError(404, 'not_found', [`no negotiation ${ctx.params.id}`]);
+    ctx.body = negotiationAck(
+      record.provider_pid ?? '',
+      record.consumer_pid,
+      record.state === 'INITIAL' ? 'REQUESTED' : record.state,
+    );
+  });
+
+  // Provider side.
+  router.post('/negotiations/:id/request', (ctx) => onMessage(ctx, contractRequestSchema, 'provider'));
+  router.post('/negotiations/:id/agreement/verification', (ctx) =>
+    onMessage(ctx, verificationSchema, 'provider'),
+  );
+  // Either side (our pid tells which).
+  router.post('/negotiations/:id/events', (ctx) => onMessage(ctx, eventSchema, null));
+  router.post('/negotiations/:id/termination', (ctx) => onMessage(ctx, terminationSchema, null));
+  // Consumer side (callback).
+  router.post('/negotiations/:id/offers', (ctx) => onMessage(ctx, contractOfferSchema, 'consumer'));
+  router.post('/negotiations/:id/agreement', (ctx) => onMessage(ctx, contractAgreementSchema, 'consumer'));
+}
+
+/** Renders DspError (and anything unexpected) as a ContractNegotiationError. */
+export function dspErrors(logger: Services['logger']) {
+  return async function renderDspErrors(ctx: Koa.Context, next: Koa.Next) {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined)
+        throw new DspError(404, 'not_found', [`no endpoint ${ctx.method} ${ctx.path}`]);
+    } catch (err) {
+      const e =
+        err instanceof DspError
+          ? err
+          : typeof (err as { status?: number }).status === 'number' &&
+              (err as { status: number }).status < 500
+            ? new DspError(
+                (err as { status: number }).status,
+                (err as { code?: string }).code ?? 'invalid_request',
+                [(err as Error).message],
+              )
+            : undefined;
+      if (e) {
+        ctx.status = e.status;
+        ctx.body = negotiationError(e.pids, e.code, e.reasons);
+        return;
+      }
+      logger.error({ err, path: ctx.path }, 'unhandled protocol error');
+      ctx.status = 500;
+      ctx.body = negotiationError({}, 'internal', [
+        `internal error (request ${String(ctx.state.requestId)})`,
+      ]);
+    }
+  };
+}

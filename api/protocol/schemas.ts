@@ -1,0 +1,79 @@
+/**
+ * The DSP 2025-1 negotiation messages we accept, as joi schemas after the normative JSON
+ * Schemas (required fields, the oneOf of callbackAddress and the counterparty's pid).
+ * Unknown properties are allowed: JSON-LD documents may carry more.
+ */
+import Joi from 'joi';
+import { DSP_CONTEXT_URL } from '../../domain/dsp.js';
+
+const context = Joi.alternatives()
+  .try(
+    Joi.array().items(Joi.any()).has(Joi.string().valid(DSP_CONTEXT_URL)),
+    Joi.string().valid(DSP_CONTEXT_URL),
+  )
+  .required()
+  .messages({ 'alternatives.match': `must contain ${DSP_CONTEXT_URL}` });
+
+const pid = Joi.string().min(1).max(512);
+const messageOffer = Joi.object({ '@id': Joi.string().min(1).required(), '@type': Joi.string() }).unknown(
+  true,
+);
+
+const base = (type: string) =>
+  Joi.object({
+    '@context': context,
+    '@type': Joi.string().valid(type).required(),
+    '@id': Joi.string(),
+  }).unknown(true);
+
+export const contractRequestSchema = base('ContractRequestMessage')
+  .keys({
+    consumerPid: pid.required(),
+    providerPid: pid,
+    callbackAddress: Joi.string().uri({ scheme: ['http', 'https'] }),
+    offer: messageOffer.required(),
+  })
+  .xor('callbackAddress', 'providerPid');
+
+export const contractOfferSchema = base('ContractOfferMessage')
+  .keys({
+    providerPid: pid.required(),
+    consumerPid: pid,
+    callbackAddress: Joi.string().uri({ scheme: ['http', 'https'] }),
+    offer: messageOffer.required(),
+  })
+  .xor('callbackAddress', 'consumerPid');
+
+export const contractAgreementSchema = base('ContractAgreementMessage').keys({
+  providerPid: pid.required(),
+  consumerPid: pid.required(),
+  agreement: Joi.object({
+    '@id': Joi.string().min(1).required(),
+    '@type': Joi.string().valid('Agreement').required(),
+    target: Joi.string().required(),
+    assigner: Joi.string().required(),
+    assignee: Joi.string().required(),
+  })
+    .unknown(true)
+    .required(),
+});
+
+export const verificationSchema = base('ContractAgreementVerificationMessage').keys({
+  providerPid: pid.required(),
+  consumerPid: pid.required(),
+});
+
+export const eventSchema = base('ContractNegotiationEventMessage').keys({
+  providerPid: pid.required(),
+  consumerPid: pid.required(),
+  eventType: Joi.string().valid('ACCEPTED', 'FINALIZED', 'dspace:ACCEPTED', 'dspace:FINALIZED').required(),
+});
+
+export const terminationSchema = base('ContractNegotiationTerminationMessage').keys({
+  providerPid: pid.required(),
+  consumerPid: pid.required(),
+  code: Joi.string(),
+  reason: Joi.array().items(Joi.any()).min(1),
+});
+
+export const catalogRequestSchema = base('CatalogRequestMessage').keys({ filter: Joi.array() });

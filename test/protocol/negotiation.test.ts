@@ -1,0 +1,241 @@
+/**
+ * Two connectors negotiate over loopback HTTP with DSP 2025-1: each with its own database,
+ * worker and DID, members of one authority stand-in.
+ */
+import { expect } from 'chai';
+import { randomUUID } from 'node:crypto';
+import { client } from '../support/http.js';
+import { expectError } from '../support/expect-error.js';
+import { publishOffer, startDataspace, startParticipant, waitFor, type Participant } from '../support/dataspace.js';
+import type { RunningAuthority } from '../../dev/authority/index.js';
+import type { RunningBuildingBackend } from '../../dev/building-backend/index.js';
+
+const DSP_CONTEXT = ['https://w3id.org/dspace/2025/1/context.jsonld'];
+
+describe('contract negotiation between two connectors (DSP 2025-1)', function () {
+  this.timeout(120_000);
+  let authority: RunningAuthority;
+  let backend: RunningBuildingBackend;
+  let provider: Participant;
+  let consumer: Participant;
+
+  before(async () => {
+    ({ authority, backend } = await startDataspace());
+    provider = await startParticipant('provider', authority, { APPROVAL_DEADLINE: 'PT2S' });
+    consumer = await startParticipant('consumer', authority);
+  });
+  after(async () => {
+    await consumer?.connector.stop();
+    await provider?.connector.stop();
+    await backend?.close();
+    await authority?.close();
+  });
+
+  const start = (offerId: string, datasetId: string, extra: Record<string, unknown> = {}) =>
+    consumer.api.post('/api/v1/negotiations', {
+      counterparty_address: provider.dsp,
+      counterparty_did: provider.did,
+      offer_id: offerId,
+      dataset_id: datasetId,
+      ...extra,
+    });
+
+  async function providerSide(consumerPid: string) {
+    const list = await provider.api.get('/api/v1/negotiations?role=provider&limit=200');
+    const found = list.body.items.find((n: { consumer_pid: string }) => n.consumer_pid === consumerPid);
+    expect(found, 'the provider has the negotiation').to.be.an('object');
+    return found as { id: string };
+  }
+
+  /** The consumer's own connector token for the provider, to speak DSP directly in tests. */
+  const asConsumer = async () => ({ authorization: `Bearer ${await consumer.connector.identity.issueToken(provider.did)}` });
+
+  it('serves the DSP version metadata without authentication', async () => {
+    const res = await client(provider.connector.url).get('/.well-known/dspace-version');
+    expect(res.status).to.equal(200);
+    expect(res.body).to.deep.equal({ protocolVersions: [{ version: '2025-1', path: '/dsp', binding: 'HTTPS' }] });
+  });
+
+  it('negotiates to FINALIZED on both sides with automatic approval, storing the agreement', async () => {
+    const { offerId, datasetId } = await publishOffer(provider, backend, 'automatic', 'auto-offer');
+    const started = await start(offerId, datasetId, { purpose: 'research', connection_alias: 'soda' });
+    expect(started.status, JSON.stringify(started.body)).to.equal(201);
+    expect(started.body).to.include({ role: 'consumer', counterparty_did: provider.did, offer_id: offerId, connection_alias: 'soda', purpose: 'research' });
+    const done = await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
+    expect(done.agreement_id).to.match(/^urn:uuid:/);
+    expect(done.provider_pid).to.match(/^urn:uuid:/);
+    expect(done.history.map((h: { state: string }) => h.state)).to.include.members(['REQUESTED', 'AGREED', 'VERIFIED', 'FINALIZED']);
+    expect(done.outbox).to.deep.equal([]);
+
+    const theirs = await providerSide(started.body.consumer_pid);
+    const p = await waitFor(provider.api, theirs.id, (n) => n.state === 'FINALIZED');
+    expect(p).to.include({ role: 'provider', counterparty_did: consumer.did, agreement_id: done.agreement_id, dataset_id: datasetId });
+    expect(p.objects).to.deep.equal(['0363.10.0000000101']);
+    expect(p.conflicts).to.deep.equal([]);
+
+    for (const side of [provider, consumer]) {
+      const a = await side.api.get(`/api/v1/agreements/${encodeURIComponent(done.agreement_id)}`);
+      expect(a.status).to.equal(200);
+      expect(a.body).to.include({ dataset_id: datasetId, provider_did: provider.did, consumer_did: consumer.did, state: 'active' });
+      expect(a.body.agreement).to.include({ '@type': 'Agreement', target: datasetId, assigner: provider.did, assignee: consumer.did });
+    }
+  });
+
+  it('waits for an operator with manual approval; approve finalizes it', async () => {
+    const { offerId, datasetId } = await publishOffer(provider, backend, 'manual', 'manual-offer');
+    const started = await start(offerId, datasetId);
+    expect(started.status).to.equal(201);
+    const theirs = await providerSide(started.body.consumer_pid);
+    const pending = await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
+    expect(pending.state).to.equal('REQUESTED');
+    expect(Date.parse(pending.expires_at)).to.be.greaterThan(Date.now() - 1000);
+    const approved = await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`);
+    expect(approved.status, JSON.stringify(approved.body)).to.equal(200);
+    expect(approved.body.approval).to.equal('approved');
+    expect(approved.body.decided_by).to.include('initial admin');
+    expect(approved.body.decided_at).to.be.a('string');
+    await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
+    expectError(await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`), 409, 'conflict');
+    expectError(await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/terminate`), 409, 'conflict', 'ended');
+  });
+
+  it('rejects with a reason the consumer sees; too long a reason is invalid_request', async () => {
+    const started = await start('manual-offer', 'product-manual-offer');
+    const theirs = await providerSide(started.body.consumer_pid);
+    await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
+    const path = `/api/v1/negotiations/${encodeURIComponent(theirs.id)}/reject`;
+    expectError(await provider.api.post(path, { reason: 'x'.repeat(501) }), 400, 'invalid_request', 'reason');
+    const rejected = await provider.api.post(path, { reason: 'not for commercial parties' });
+    expect(rejected.status).to.equal(200);
+    expect(rejected.body).to.include({ state: 'TERMINATED', approval: 'rejected' });
+    const seen = await waitFor(consumer.api, started.body.id, (n) => n.state === 'TERMINATED');
+    expect(seen.error).to.include('not for commercial parties');
+    expectError(await provider.api.post(path, { reason: 'again' }), 409, 'conflict');
+  });
+
+  it('refuses a request whose approval deadline passed, towards the consumer', async () => {
+    const started = await start('manual-offer', 'product-manual-offer');
+    const theirs = await providerSide(started.body.consumer_pid);
+    const expired = await waitFor(provider.api, theirs.id, (n) => n.approval === 'expired', 20_000);
+    expect(expired.state).to.equal('TERMINATED');
+    const seen = await waitFor(consumer.api, started.body.id, (n) => n.state === 'TERMINATED');
+    expect(seen.error).to.include('expired');
+    expectError(await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`), 409, 'conflict', 'expired');
+  });
+
+  it('terminates from either side; the other side follows', async () => {
+    const a = await start('manual-offer', 'product-manual-offer');
+    const theirs = await providerSide(a.body.consumer_pid);
+    await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
+    const byConsumer = await consumer.api.post(`/api/v1/negotiations/${encodeURIComponent(a.body.id)}/terminate`);
+    expect(byConsumer.status).to.equal(200);
+    expect(byConsumer.body.state).to.equal('TERMINATED');
+    await waitFor(provider.api, theirs.id, (n) => n.state === 'TERMINATED');
+
+    const b = await start('manual-offer', 'product-manual-offer');
+    const theirsB = await providerSide(b.body.consumer_pid);
+    await waitFor(provider.api, theirsB.id, (n) => n.approval === 'pending');
+    const byProvider = await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirsB.id)}/terminate`);
+    expect(byProvider.body).to.include({ state: 'TERMINATED', approval: 'rejected' });
+    await waitFor(consumer.api, b.body.id, (n) => n.state === 'TERMINATED');
+  });
+
+  it('answers a repeated initial request with the same negotiation and no second effect', async () => {
+    const consumerPid = `urn:uuid:${randomUUID()}`;
+    const message = {
+      '@context': DSP_CONTEXT,
+      '@id': `urn:uuid:${randomUUID()}`,
+      '@type': 'ContractRequestMessage',
+      consumerPid,
+      callbackAddress: consumer.dsp,
+      offer: { '@id': 'manual-offer', '@type': 'Offer', target: 'product-manual-offer' },
+    };
+    const dsp = client(provider.dsp);
+    const first = await dsp.post('/negotiations/request', message, await asConsumer());
+    const second = await dsp.post('/negotiations/request', message, await asConsumer());
+    expect(first.status, JSON.stringify(first.body)).to.equal(201);
+    expect(second.status).to.equal(201);
+    expect(second.body).to.deep.equal(first.body);
+    expect(first.body).to.include({ '@type': 'ContractNegotiation', consumerPid, state: 'REQUESTED' });
+    const all = (await provider.api.get('/api/v1/negotiations?role=provider&limit=200')).body.items.filter(
+      (n: { consumer_pid: string }) => n.consumer_pid === consumerPid,
+    );
+    expect(all).to.have.length(1);
+    const read = await dsp.get(`/negotiations/${encodeURIComponent(first.body.providerPid)}`, await asConsumer());
+    expect(read.body).to.deep.equal(first.body);
+  });
+
+  it('answers an illegal transition with 400 and an unknown process with 404 (ContractNegotiationError)', async () => {
+    const consumerPid = `urn:uuid:${randomUUID()}`;
+    const dsp = client(provider.dsp);
+    const created = await dsp.post(
+      '/negotiations/request',
+      { '@context': DSP_CONTEXT, '@type': 'ContractRequestMessage', consumerPid, callbackAddress: consumer.dsp, offer: { '@id': 'manual-offer' } },
+      await asConsumer(),
+    );
+    expect(created.status).to.equal(201);
+    const providerPid = created.body.providerPid as string;
+    // Verification before any agreement: illegal in REQUESTED.
+    const illegal = await dsp.post(
+      `/negotiations/${encodeURIComponent(providerPid)}/agreement/verification`,
+      { '@context': DSP_CONTEXT, '@type': 'ContractAgreementVerificationMessage', providerPid, consumerPid },
+      await asConsumer(),
+    );
+    expect(illegal.status).to.equal(400);
+    expect(illegal.body).to.include({ '@type': 'ContractNegotiationError', code: 'invalid_transition', providerPid, consumerPid });
+    expect(illegal.body.reason[0]).to.include('REQUESTED');
+    // FINALIZED is the provider's to send, never the consumer's.
+    const wrongSender = await dsp.post(
+      `/negotiations/${encodeURIComponent(providerPid)}/events`,
+      { '@context': DSP_CONTEXT, '@type': 'ContractNegotiationEventMessage', providerPid, consumerPid, eventType: 'FINALIZED' },
+      await asConsumer(),
+    );
+    expect(wrongSender.status).to.equal(400);
+    const unknown = await dsp.post(
+      '/negotiations/urn:uuid:00000000-0000-4000-8000-000000000000/termination',
+      { '@context': DSP_CONTEXT, '@type': 'ContractNegotiationTerminationMessage', providerPid: 'urn:uuid:00000000-0000-4000-8000-000000000000', consumerPid },
+      await asConsumer(),
+    );
+    expect(unknown.status).to.equal(404);
+    expect(unknown.body['@type']).to.equal('ContractNegotiationError');
+    const badOffer = await dsp.post(
+      '/negotiations/request',
+      { '@context': DSP_CONTEXT, '@type': 'ContractRequestMessage', consumerPid: `urn:uuid:${randomUUID()}`, callbackAddress: consumer.dsp, offer: { '@id': 'no-such-offer' } },
+      await asConsumer(),
+    );
+    expect(badOffer.status).to.equal(400);
+    expect(badOffer.body.code).to.equal('unknown_offer');
+    const invalid = await dsp.post('/negotiations/request', { '@type': 'ContractRequestMessage' }, await asConsumer());
+    expect(invalid.status).to.equal(400);
+    expect(invalid.body['@type']).to.equal('ContractNegotiationError');
+  });
+
+  it('refuses unauthenticated and non-member callers', async () => {
+    const body = { '@context': DSP_CONTEXT, '@type': 'CatalogRequestMessage' };
+    const anonymous = await client(provider.dsp).post('/catalog/request', body);
+    expect(anonymous.status).to.equal(401);
+    const outsider = await startParticipant('outsider', authority, {}, false);
+    try {
+      const token = await outsider.connector.identity.issueToken(provider.did);
+      const refused = await client(provider.dsp).post('/catalog/request', body, { authorization: `Bearer ${token}` });
+      expect(refused.status).to.equal(403);
+    } finally {
+      await outsider.connector.stop();
+    }
+  });
+
+  it('shows the catalog: offers as datasets with their ODRL offer and building, filtered by access policy', async () => {
+    const res = await client(provider.dsp).post('/catalog/request', { '@context': DSP_CONTEXT, '@type': 'CatalogRequestMessage' }, await asConsumer());
+    expect(res.status).to.equal(200);
+    expect(res.body).to.include({ '@type': 'Catalog', participantId: provider.did });
+    const ds = res.body.dataset.find((d: { '@id': string }) => d['@id'] === 'product-auto-offer');
+    expect(ds['pl:building_id']).to.equal('0363.10.0000000101');
+    expect(ds.hasPolicy[0]).to.include({ '@id': 'auto-offer', '@type': 'Offer' });
+    expect(ds.distribution[0].accessService.endpointURL).to.equal(provider.dsp);
+    const one = await client(provider.dsp).get('/catalog/datasets/product-auto-offer', await asConsumer());
+    expect(one.status).to.equal(200);
+    const missing = await client(provider.dsp).get('/catalog/datasets/nope', await asConsumer());
+    expect(missing.status).to.equal(404);
+    expect(missing.body['@type']).to.equal('CatalogError');
+  });
+});

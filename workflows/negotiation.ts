@@ -1,0 +1,350 @@
+/**
+ * One contract negotiation, in either role (DSP 2025-1). Inbound messages arrive as Updates
+ * whose validators consult the transition table in domain/negotiation.ts; the main loop sends
+ * our part. Every state change is written to the read model by an activity.
+ */
+import {
+  ApplicationFailure,
+  allHandlersFinished,
+  condition,
+  proxyActivities,
+  setHandler,
+  upsertSearchAttributes,
+  uuid4,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { defineSearchAttributeKey } from '@temporalio/common';
+import type { NegotiationActivities } from '../activities/negotiation.js';
+import type { OutboxActivities } from '../activities/outbox.js';
+import {
+  isTerminal,
+  nextNegotiationState,
+  otherParty,
+  type NegotiationMessage,
+  type NegotiationState,
+} from '../domain/negotiation.js';
+import {
+  agreementVerificationMessage,
+  contractAgreementMessage,
+  contractRequestMessage,
+  dspUrl,
+  negotiationEventMessage,
+  negotiationTerminationMessage,
+} from '../domain/dsp.js';
+import type { HistoryEntry, NegotiationSnapshot } from '../db/negotiations.js';
+import { deliverFromOutbox } from './outbox-delivery.js';
+import {
+  ALREADY_ENDED,
+  ILLEGAL_TRANSITION,
+  NOT_AWAITING_APPROVAL,
+  ackQuery,
+  decisionUpdate,
+  startedUpdate,
+  dspMessageUpdate,
+  type InboundMessage,
+  type NegotiationAck,
+  type NegotiationInput,
+  type OperatorDecision,
+} from './negotiation-messages.js';
+
+const { recordNegotiation, storeAgreement } = proxyActivities<NegotiationActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
+});
+const { enqueueOutboxMessage } = proxyActivities<OutboxActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
+});
+
+export const STATE_KEY = defineSearchAttributeKey('ConnectorState', 'KEYWORD');
+
+export async function negotiation(input: NegotiationInput): Promise<NegotiationAck> {
+  const { role } = input;
+  const peer = otherParty(role);
+  // Changed by Update handlers too: read through `currentState()` where TypeScript would narrow it.
+  let state = 'INITIAL' as NegotiationState;
+  const currentState = (): NegotiationState => state;
+  let providerPid = input.providerPid;
+  let version = 0;
+  /** Snapshots written to the read model so far. */
+  let recorded = 0;
+  let error: string | null = null;
+  let agreement: Record<string, unknown> | null = null;
+  let approval: string | null = null;
+  let expiresAt: string | null = null;
+  let decidedBy: string | null = null;
+  let decidedAt: string | null = null;
+  let decision: OperatorDecision | null = null;
+  /** Our termination to send once the loop ends (operator, rejection, expiry). */
+  let ourTermination: { code: string; reason: string[] } | null = null;
+  const received = new Map<string, NegotiationAck>();
+  const now = () => new Date().toISOString();
+  const ack = (): NegotiationAck => ({ state, providerPid, consumerPid: input.consumerPid });
+
+  function snapshot(): NegotiationSnapshot {
+    return {
+      id: input.id,
+      workflow_id: workflowInfo().workflowId,
+      role,
+      state,
+      consumer_pid: input.consumerPid,
+      provider_pid: providerPid,
+      counterparty_did: input.counterpartyDid,
+      counterparty_address: input.counterpartyAddress,
+      dataset_id: input.datasetId,
+      offer_id: input.offerId,
+      agreement_id: agreement ? String(agreement['@id']) : null,
+      purpose: input.purpose,
+      offer: input.offer,
+      connection_alias: input.connectionAlias,
+      error,
+      approval,
+      expires_at: expiresAt,
+      decided_by: decidedBy,
+      decided_at: decidedAt,
+      narrowing: input.narrowing,
+      version: ++version,
+    };
+  }
+
+  async function record(entry: Omit<HistoryEntry, 'at' | 'state'>) {
+    upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
+    await recordNegotiation(snapshot(), { at: now(), state, ...entry });
+    recorded++;
+  }
+
+  /** Writes the message to the outbox and delivers it (bounded retries). */
+  async function send(messageType: string, path: string, body: Record<string, unknown>) {
+    const outboxId = await enqueueOutboxMessage({
+      process_id: input.id,
+      kind: 'negotiation',
+      message_type: messageType,
+      counterparty_did: input.counterpartyDid,
+      url: dspUrl(input.counterpartyAddress, path),
+      body,
+      evidence_id: null,
+    });
+    return deliverFromOutbox(outboxId, input.retry);
+  }
+
+  /** Sends our message after moving to `to`; an undeliverable message ends the negotiation. */
+  async function transitionAndSend(to: NegotiationState, messageType: string, path: string, body: Record<string, unknown>) {
+    state = to;
+    await record({ message_type: messageType, direction: 'outbound', evidence_id: null, note: null });
+    const result = await send(messageType, path, body);
+    if (!result.delivered && !isTerminal(state)) {
+      state = 'TERMINATED';
+      error = result.error;
+      await record({ message_type: null, direction: 'internal', evidence_id: null, note: result.error });
+    }
+    return result;
+  }
+
+  const peerPath = (suffix: string) =>
+    role === 'provider' ? `negotiations/${input.consumerPid}/${suffix}` : `negotiations/${providerPid ?? ''}/${suffix}`;
+
+  setHandler(ackQuery, ack);
+  setHandler(startedUpdate, async () => {
+    await condition(() => recorded >= 1);
+    return ack();
+  });
+
+  setHandler(
+    dspMessageUpdate,
+    async (message: InboundMessage) => {
+      if (message.messageId && received.has(message.messageId)) return received.get(message.messageId)!;
+      const to = nextNegotiationState(state, message.kind, peer)!;
+      if (message.kind === 'ContractAgreementMessage') {
+        agreement = (message.body.agreement as Record<string, unknown>) ?? null;
+        providerPid ??= String(message.body.providerPid);
+      }
+      if (message.kind === 'ContractOfferMessage') providerPid ??= String(message.body.providerPid);
+      if (message.kind === 'ContractNegotiationTerminationMessage') {
+        const reasons = (message.body.reason as string[] | undefined) ?? [];
+        error = [message.body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
+        // A request still waiting for our operator is not awaiting anything any more.
+        if (approval === 'pending') approval = null;
+      }
+      state = to;
+      await record({ message_type: message.body['@type'] as string, direction: 'inbound', evidence_id: message.evidenceId, note: null });
+      if (state === 'FINALIZED' && agreement) await storeAgreementOnce();
+      const answer = ack();
+      if (message.messageId) received.set(message.messageId, answer);
+      return answer;
+    },
+    {
+      validator: (message: InboundMessage) => {
+        if (message.messageId && received.has(message.messageId)) return;
+        if (nextNegotiationState(state, message.kind, peer) === null) {
+          throw ApplicationFailure.create({
+            type: ILLEGAL_TRANSITION,
+            message: `${message.kind} from the ${peer} is not allowed in state ${state}`,
+            nonRetryable: true,
+          });
+        }
+      },
+    },
+  );
+
+  setHandler(
+    decisionUpdate,
+    async (d: OperatorDecision) => {
+      decision = d;
+      decidedBy = d.by;
+      decidedAt = now();
+      const awaiting = approval === 'pending';
+      if (d.action === 'approve') {
+        approval = 'approved';
+        await record({ message_type: null, direction: 'internal', evidence_id: null, note: `approved by ${d.by}` });
+        return ack();
+      }
+      // Reject, or terminate (which, for a request awaiting approval, is a rejection).
+      if (awaiting) approval = 'rejected';
+      const reason = d.reason ?? (awaiting ? 'rejected by the provider' : 'terminated by the operator');
+      ourTermination = { code: awaiting ? 'rejected' : 'terminated', reason: [reason] };
+      error = reason;
+      state = 'TERMINATED';
+      await record({ message_type: null, direction: 'internal', evidence_id: null, note: `${d.action} by ${d.by}: ${reason}` });
+      return ack();
+    },
+    {
+      validator: (d: OperatorDecision) => {
+        if (d.action === 'terminate') {
+          if (isTerminal(state)) {
+            throw ApplicationFailure.create({ type: ALREADY_ENDED, message: `the negotiation has ended (${state})`, nonRetryable: true });
+          }
+          return;
+        }
+        if (approval !== 'pending' || decision !== null || isTerminal(state)) {
+          throw ApplicationFailure.create({
+            type: NOT_AWAITING_APPROVAL,
+            message: approval === 'expired' ? 'the request expired before a decision' : 'the negotiation is not awaiting approval',
+            nonRetryable: true,
+          });
+        }
+      },
+    },
+  );
+
+  let agreementStored = false;
+  async function storeAgreementOnce() {
+    if (agreementStored || !agreement) return;
+    agreementStored = true;
+    await storeAgreement({
+      id: String(agreement['@id']),
+      negotiation_id: input.id,
+      role,
+      provider_did: role === 'provider' ? input.ourDid : input.counterpartyDid,
+      consumer_did: role === 'consumer' ? input.ourDid : input.counterpartyDid,
+      dataset_id: String(agreement.target ?? input.datasetId ?? ''),
+      offer_id: input.offerId,
+      agreement,
+      narrowing: input.narrowing,
+      connection_alias: input.connectionAlias,
+      signed_at: String(agreement.timestamp ?? now()),
+    });
+  }
+
+  if (role === 'consumer') {
+    const request = contractRequestMessage({
+      id: `urn:uuid:${uuid4()}`,
+      consumerPid: input.consumerPid,
+      callbackAddress: input.ourAddress,
+      offer: input.offer,
+    });
+    const sent = await transitionAndSend('REQUESTED', 'ContractRequestMessage', 'negotiations/request', request);
+    const answer = sent.delivered ? (sent.body as { providerPid?: unknown } | null) : null;
+    if (typeof answer?.providerPid === 'string' && providerPid === null) {
+      providerPid = answer.providerPid;
+      await record({ message_type: 'ContractNegotiation', direction: 'inbound', evidence_id: null, note: 'request acknowledged' });
+    }
+  } else {
+    // The initial request arrived with the start (update-with-start).
+    await condition(() => state !== 'INITIAL');
+  }
+
+  while (!isTerminal(state)) {
+    const current = currentState();
+    if (role === 'provider' && current === 'REQUESTED') {
+      if (input.approval === 'manual' && approval !== 'approved') {
+        approval = 'pending';
+        expiresAt = new Date(Date.now() + input.approvalTimeoutMs).toISOString();
+        await record({ message_type: null, direction: 'internal', evidence_id: null, note: 'awaiting approval' });
+        const decided = await condition(() => decision !== null || state !== current, input.approvalTimeoutMs);
+        if (!decided) {
+          approval = 'expired';
+          error = 'the request expired before an operator approved it';
+          ourTermination = { code: 'approval_expired', reason: [error] };
+          state = 'TERMINATED';
+          await record({ message_type: null, direction: 'internal', evidence_id: null, note: error });
+        }
+        continue;
+      }
+      agreement = {
+        '@id': `urn:uuid:${uuid4()}`,
+        '@type': 'Agreement',
+        target: input.datasetId ?? input.offer.target,
+        assigner: input.ourDid,
+        assignee: input.counterpartyDid,
+        timestamp: now(),
+        ...rulesOf(input.offer),
+      };
+      await transitionAndSend(
+        'AGREED',
+        'ContractAgreementMessage',
+        peerPath('agreement'),
+        contractAgreementMessage({ id: `urn:uuid:${uuid4()}`, providerPid: input.id, consumerPid: input.consumerPid, agreement }),
+      );
+    } else if (role === 'provider' && current === 'VERIFIED') {
+      await storeAgreementOnce();
+      await transitionAndSend(
+        'FINALIZED',
+        'ContractNegotiationEventMessage',
+        peerPath('events'),
+        negotiationEventMessage({ id: `urn:uuid:${uuid4()}`, providerPid: input.id, consumerPid: input.consumerPid, eventType: 'FINALIZED' }),
+      );
+    } else if (role === 'consumer' && current === 'AGREED') {
+      await transitionAndSend(
+        'VERIFIED',
+        'ContractAgreementVerificationMessage',
+        peerPath('agreement/verification'),
+        agreementVerificationMessage({ id: `urn:uuid:${uuid4()}`, providerPid: providerPid ?? '', consumerPid: input.consumerPid }),
+      );
+    } else {
+      // Our move is done; the counterparty's message (or an operator) moves us on.
+      await condition(() => state !== current);
+    }
+  }
+
+  if (ourTermination) {
+    // Best effort: the counterparty learns why; an undeliverable termination changes nothing here.
+    const t: { code: string; reason: string[] } = ourTermination;
+    const sent = await send(
+      'ContractNegotiationTerminationMessage',
+      peerPath('termination'),
+      negotiationTerminationMessage({
+        id: `urn:uuid:${uuid4()}`,
+        providerPid: role === 'provider' ? input.id : (providerPid ?? ''),
+        consumerPid: input.consumerPid,
+        code: t.code,
+        reason: t.reason,
+      }),
+    );
+    await record({
+      message_type: 'ContractNegotiationTerminationMessage',
+      direction: 'outbound',
+      evidence_id: null,
+      note: sent.delivered ? null : sent.error,
+    });
+  }
+  // Let Update handlers that moved us here finish (their callers are waiting for the answer).
+  await condition(allHandlersFinished);
+  return ack();
+}
+
+/** The rules of an offer, carried into the agreement (an Agreement's rules have no target). */
+function rulesOf(offer: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of ['permission', 'prohibition', 'obligation']) if (offer[key] !== undefined) out[key] = offer[key];
+  return out;
+}
