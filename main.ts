@@ -160,7 +160,9 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         : { workflowBundle: await bundleWorkflows() }),
       activities: createActivities({
         db,
-        authorize: async (m) => ({ authorization: `Bearer ${await identity.issueToken(m.counterparty_did)}` }),
+        authorize: async (m) => ({
+          authorization: `Bearer ${await identity.issueToken(m.counterparty_did)}`,
+        }),
       }),
     });
     workerRun = worker.run().finally(() => nativeConnection.close());

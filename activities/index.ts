@@ -1,5 +1,6 @@
 import type { Db } from '../db/knex.js';
 import { createOutboxActivities } from './outbox.js';
+import { createEvidenceActivities } from './evidence.js';
 import { createNegotiationActivities } from './negotiation.js';
 
 export interface ActivityDeps {
@@ -10,5 +11,9 @@ export interface ActivityDeps {
 
 /** All activities, built from their dependencies (the worker registers the result). */
 export function createActivities(deps: ActivityDeps) {
-  return { ...createOutboxActivities({ db: deps.db, ...(deps.authorize ? { authorize: deps.authorize } : {}) }), ...createNegotiationActivities({ db: deps.db }) };
+  return {
+    ...createOutboxActivities({ db: deps.db, ...(deps.authorize ? { authorize: deps.authorize } : {}) }),
+    ...createEvidenceActivities({ db: deps.db }),
+    ...createNegotiationActivities({ db: deps.db }),
+  };
 }

@@ -36,7 +36,10 @@ export function createOutboxActivities(deps: OutboxDeps) {
      * One delivery attempt. Throws a retryable failure for network errors and retryable
      * statuses (Temporal retries with the policy), a non-retryable one for a final refusal.
      */
-    async deliverOutboxMessage(id: number, policy: DeliveryRetry): Promise<{ status: number; body: unknown }> {
+    async deliverOutboxMessage(
+      id: number,
+      policy: DeliveryRetry,
+    ): Promise<{ status: number; body: unknown }> {
       const row = await store.get(id);
       if (!row) throw ApplicationFailure.nonRetryable(`outbox message ${id} does not exist`, 'OutboxMissing');
       if (row.status === 'delivered') return { status: row.response_status ?? 200, body: null };

@@ -14,6 +14,7 @@ import { productRoutes } from './management/products.js';
 import { offerRoutes } from './management/offers.js';
 import { policyRoutes } from './management/policies.js';
 import { apiKeyRoutes } from './management/api-keys.js';
+import { evidenceRoutes } from './management/evidence.js';
 import { ApiError } from '../domain/errors.js';
 import { protocolRouter, versionRouter } from './protocol/index.js';
 import { requireConnector, type Peer } from './middleware/connector-auth.js';
@@ -24,7 +25,13 @@ import { negotiationRoutes } from './management/negotiations.js';
 /** What the policies of an offer are evaluated against for an authenticated peer. */
 function peerPolicyContext(ctx: Koa.Context): Promise<PolicyContext> {
   const peer = ctx.state.peer as Peer;
-  return Promise.resolve({ participantDid: peer.did, roles: peer.roles, membership: 'active', now: new Date(), purpose: null });
+  return Promise.resolve({
+    participantDid: peer.did,
+    roles: peer.roles,
+    membership: 'active',
+    now: new Date(),
+    purpose: null,
+  });
 }
 import { didDocumentPath, type DidDocument } from '../auth/did.js';
 
@@ -112,6 +119,7 @@ export function managementRouter(services: Services): { router: Router; registry
     ...offerRoutes(services),
     ...policyRoutes(services),
     ...apiKeyRoutes(services),
+    ...evidenceRoutes(services),
     ...negotiationRoutes(services),
   ]);
   const document = buildOpenApi([registry], { version: services.version });

@@ -19,7 +19,11 @@ export interface AgreementRecord {
   created_at: string;
 }
 
-type Row = Omit<AgreementRecord, 'signed_at' | 'created_at'> & { seq: number; signed_at: Date; created_at: Date };
+type Row = Omit<AgreementRecord, 'signed_at' | 'created_at'> & {
+  seq: number;
+  signed_at: Date;
+  created_at: Date;
+};
 
 const toRecord = (r: Row): AgreementRecord => {
   const { seq: _seq, ...rest } = r;

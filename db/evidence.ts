@@ -114,15 +114,60 @@ export function envelopeTail(e: { prev_hash: string; process_id: string | null; 
 /** Hex SHA-256; a string is hashed as its UTF-8 bytes. */
 export const sha256Hex = (data: string | Buffer): string => digest('sha256', data, 'hex');
 
+/**
+ * Where the payload lies in an entry's text, or undefined when the row's columns do not frame it
+ * exactly as envelopeHead and envelopeTail write them. Verification calls this for every entry,
+ * so it compares piece by piece in place rather than building both strings (that garbage was a
+ * fifth of verify's time).
+ */
+function payloadBounds(row: EntryRow): { start: number; end: number } | undefined {
+  const text = row.canonical;
+  if (text === null || row.at === null) return undefined;
+  let start = after(text, 0, '{"at":');
+  start = afterString(text, start, row.at);
+  start = after(text, start, ',"id":');
+  start = afterString(text, start, row.id);
+  start = after(text, start, ',"kind":');
+  start = afterString(text, start, row.kind);
+  start = after(text, start, ',"payload":');
+  let end = before(text, text.length, '}');
+  end = before(text, end, String(row.seq));
+  end = before(text, end, ',"seq":');
+  end = beforeString(text, end, row.process_id);
+  end = before(text, end, ',"process_id":');
+  end = beforeString(text, end, row.prev_hash);
+  end = before(text, end, ',"prev_hash":');
+  return start >= 0 && end >= start ? { start, end } : undefined;
+}
+
+/** Position after `part` when `text` has it at `pos`, else -1 (and -1 stays -1). */
+const after = (text: string, pos: number, part: string) =>
+  pos >= 0 && text.startsWith(part, pos) ? pos + part.length : -1;
+
+/** Position of `part` when `text` has it just before `end`, else -1. */
+const before = (text: string, end: number, part: string) =>
+  end >= 0 && text.endsWith(part, end) ? end - part.length : -1;
+
+/** JSON.stringify needs to escape nothing in most strings; then the value is compared as it is. */
+// eslint-disable-next-line no-control-regex -- control characters are exactly what JSON escapes
+const NEEDS_ESCAPE = /["\\\u0000-\u001f]/;
+
+function afterString(text: string, pos: number, value: string | null): number {
+  if (value === null) return after(text, pos, 'null');
+  if (NEEDS_ESCAPE.test(value)) return after(text, pos, JSON.stringify(value));
+  return after(text, after(text, after(text, pos, '"'), value), '"');
+}
+
+function beforeString(text: string, end: number, value: string | null): number {
+  if (value === null) return before(text, end, 'null');
+  if (NEEDS_ESCAPE.test(value)) return before(text, end, JSON.stringify(value));
+  return before(text, before(text, before(text, end, '"'), value), '"');
+}
+
 /** The canonical payload inside an entry's text, or undefined when the row's columns do not frame it. */
 function framedPayload(row: EntryRow): string | undefined {
-  if (row.canonical === null || row.at === null) return undefined;
-  const head = envelopeHead({ at: row.at, id: row.id, kind: row.kind });
-  const tail = envelopeTail(row);
-  const text = row.canonical;
-  if (text.length < head.length + tail.length || !text.startsWith(head) || !text.endsWith(tail))
-    return undefined;
-  return text.slice(head.length, text.length - tail.length);
+  const bounds = payloadBounds(row);
+  return bounds && row.canonical!.slice(bounds.start, bounds.end);
 }
 
 /**
@@ -161,7 +206,11 @@ function isPlainObject(value: object): boolean {
 }
 
 const describe = (value: unknown) =>
-  typeof value === 'object' ? `a ${(value as object).constructor?.name ?? 'object'}` : `a ${typeof value}`;
+  value === undefined
+    ? 'undefined'
+    : typeof value === 'object'
+      ? `a ${(value as object).constructor?.name ?? 'object'}`
+      : `a ${typeof value}`;
 
 interface ValidEntry {
   id: string;
@@ -268,10 +317,11 @@ const INSERT_AFTER = `
     AND ($9::bigint = 0 OR EXISTS (SELECT 1 FROM evidence WHERE seq = $9 AND hash = $10))`;
 
 /**
- * `at` as the canonical form writes it. Microseconds are read so that an `at` moved by less than
- * a millisecond does not pass for the one that was hashed (see atFromSql).
+ * `at` exactly as the canonical form writes it, or null when it is not a whole millisecond (an
+ * `at` moved by less than a millisecond must not pass for the one that was hashed).
  */
-const AT_TEXT = `to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')`;
+const AT_TEXT = `CASE WHEN date_trunc('milliseconds', at) = at
+  THEN to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END`;
 const ROW_COLUMNS = `seq, id, kind, process_id, ${AT_TEXT} AS at, prev_hash, hash`;
 
 /** Canonical bytes as text: half the bytes of bytea's hex on the wire, and no decoding in Node. */
@@ -281,19 +331,14 @@ const PAGE_AS_TEXT = `
 const PAGE_AS_BYTES = `
   SELECT ${ROW_COLUMNS}, canonical FROM evidence WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3`;
 
-/** `2026-01-31T12:00:00.123000` → `2026-01-31T12:00:00.123Z`; null when it is not a whole millisecond. */
-function atFromSql(text: string): string | null {
-  return text.length === 26 && text.endsWith('000') ? `${text.slice(0, 23)}Z` : null;
-}
-
 /** PostgreSQL could not read bytes as UTF-8 (invalid sequence, or not in the database's encoding). */
 const isNotUtf8 = (err: unknown) => ['22021', '22P05'].includes((err as { code?: string }).code ?? '');
 
-type RowArray = [number, string, string, string | null, string, string, string, string | Buffer];
+type RowArray = [number, string, string, string | null, string | null, string, string, string | Buffer];
 
 function toEntryRow(r: RowArray): EntryRow {
   const [seq, id, kind, process_id, at, prev_hash, hash, canonical] = r;
-  return { seq, id, kind, process_id, at: atFromSql(at), prev_hash, hash, canonical: asText(canonical) };
+  return { seq, id, kind, process_id, at, prev_hash, hash, canonical: asText(canonical) };
 }
 
 /** Stored bytes as text, or null when they are not UTF-8 (never true of an entry we wrote). */
@@ -313,25 +358,30 @@ async function withConnection<T>(db: Db, use: (client: Client) => Promise<T>): P
   }
 }
 
-/** Runs `use` in a transaction on one connection. */
-async function inTransaction<T>(client: Client, use: () => Promise<T>): Promise<T> {
-  await client.query('BEGIN');
-  try {
-    const result = await use();
-    await client.query('COMMIT');
-    return result;
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  }
-}
-
 async function readTail(client: Client): Promise<ChainPosition> {
   const { rows } = await client.query<ChainPosition>({
     name: 'evidence_tail_v1',
     text: 'SELECT seq, hash FROM evidence ORDER BY seq DESC LIMIT 1',
   });
   return rows[0] ?? GENESIS;
+}
+
+/**
+ * Runs `use` in a transaction that holds the chain's lock, with the tail read under it. BEGIN,
+ * the lock and the read share one round trip; nobody else can append until COMMIT.
+ */
+async function underChainLock<T>(client: Client, use: (tail: ChainPosition) => Promise<T>): Promise<T> {
+  try {
+    const results = (await client.query(
+      `BEGIN; SELECT pg_advisory_xact_lock(${CHAIN_LOCK}); SELECT seq, hash FROM evidence ORDER BY seq DESC LIMIT 1`,
+    )) as unknown as [pg.QueryResult, pg.QueryResult, pg.QueryResult<ChainPosition>];
+    const result = await use(results[2].rows[0] ?? GENESIS);
+    await client.query('COMMIT');
+    return result;
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
 }
 
 /** How many rows went in: all of them, or none when `tail` is not the entry before them. */
@@ -380,14 +430,18 @@ interface Pending {
 }
 
 /**
- * One writer per knex instance (so one per process). It remembers the tail it last wrote, so an
- * append is one statement; the appends that arrive while a write is in flight go into the next
- * statement together (one transaction, one commit for all of them). When another process wrote
- * in between, the statement inserts nothing or hits the primary key; the writer then takes the
- * chain's lock first and reads the tail under it, which cannot fail the same way.
+ * One writer per knex instance (so one per process). It remembers the entry it wrote last: when
+ * nobody else writes in between, an append is one statement after it (INSERT_AFTER). The
+ * appends that arrive while a write is in flight go into the next statement together: one
+ * transaction and one commit for all of them. When another process wrote in between, that
+ * statement inserts nothing or hits the primary key; the writer then takes the chain's lock and
+ * reads the tail under it, which cannot fail that way, and keeps doing so while others write.
  */
 class ChainWriter {
-  private tail: ChainPosition | null = null;
+  /** The entry this writer wrote last. */
+  private last: ChainPosition | null = null;
+  /** Whether nobody else seemed to write after `last`: then the one-statement path is tried. */
+  private alone = true;
   private queue: Pending[] = [];
   private writing = false;
 
@@ -408,7 +462,7 @@ class ChainWriter {
         try {
           await withConnection(this.db, (client) => this.write(client, batch));
         } catch (err) {
-          this.tail = null; // whatever happened, the next write starts from what the database says
+          this.alone = false; // whatever happened, the next write reads the tail under the lock
           for (const p of batch) p.reject(err);
         }
       }
@@ -420,13 +474,11 @@ class ChainWriter {
   private async write(client: Client, batch: Pending[]) {
     const todo = await settleRecorded(client, batch);
     if (!todo.length) return;
-    if (this.tail && (await this.tryAfter(client, this.tail, todo))) return;
-    this.tail = null;
-    const done = await inTransaction(client, async () => {
-      await client.query(`SELECT pg_advisory_xact_lock(${CHAIN_LOCK})`);
+    if (this.alone && this.last && (await this.tryAfter(client, this.last, todo))) return;
+    const done = await underChainLock(client, async (tail) => {
+      this.alone = tail.seq === this.last?.seq && tail.hash === this.last.hash;
       // Under the lock nobody else writes: the tail is final and our ids are either in or free.
       const left = await settleRecorded(client, todo);
-      const tail = await readTail(client);
       const rows = chainAfter(tail, entriesOf(left), new Date().toISOString());
       if (rows.length && (await insertAfter(client, tail, rows)) !== rows.length)
         throw new Error('the evidence chain changed under its lock');
@@ -435,22 +487,25 @@ class ChainWriter {
     this.written(done.rows, done.left);
   }
 
-  /** The fast path, after the tail this process last wrote. False when another writer moved it. */
+  /** The one-statement path, after this writer's last entry. False when another writer moved on. */
   private async tryAfter(client: Client, tail: ChainPosition, todo: Pending[]): Promise<boolean> {
     const rows = chainAfter(tail, entriesOf(todo), new Date().toISOString());
     try {
-      if ((await insertAfter(client, tail, rows)) !== rows.length) return false;
+      if ((await insertAfter(client, tail, rows)) === rows.length) {
+        this.written(rows, todo);
+        return true;
+      }
     } catch (err) {
-      if (isUniqueViolation(err)) return false; // our seq or one of our chosen ids went to another writer
-      throw err;
+      // Our seq, or one of our chosen ids, went to another writer first.
+      if (!isUniqueViolation(err)) throw err;
     }
-    this.written(rows, todo);
-    return true;
+    this.alone = false;
+    return false;
   }
 
   private written(rows: ChainedRow[], pending: Pending[]) {
     const last = rows.at(-1);
-    if (last) this.tail = last;
+    if (last) this.last = last;
     rows.forEach((row, i) => pending[i]!.resolve(appended(row)));
   }
 }

@@ -107,10 +107,10 @@ export function negotiationStore(db: Db) {
       return pageBySeq(q, page, toRecord);
     },
     async history(id: string): Promise<HistoryEntry[]> {
-      const rows = (await db('negotiation_history')
+      const rows: Array<HistoryEntry & { at: Date }> = await db('negotiation_history')
         .where({ negotiation_id: id })
         .orderBy('version')
-        .select('at', 'state', 'message_type', 'direction', 'evidence_id', 'note')) as Array<HistoryEntry & { at: Date }>;
+        .select('at', 'state', 'message_type', 'direction', 'evidence_id', 'note');
       return rows.map((r) => ({ ...r, at: toRfc3339(r.at) }));
     },
   };

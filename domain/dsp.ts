@@ -31,7 +31,12 @@ export const negotiationError = (
   reason,
 });
 
-export const contractRequestMessage = (m: { id: string; consumerPid: string; callbackAddress: string; offer: OdrlOffer }) => ({
+export const contractRequestMessage = (m: {
+  id: string;
+  consumerPid: string;
+  callbackAddress: string;
+  offer: OdrlOffer;
+}) => ({
   '@context': DSP_CONTEXT,
   '@id': m.id,
   '@type': 'ContractRequestMessage',
@@ -54,7 +59,11 @@ export const contractAgreementMessage = (m: {
   agreement: m.agreement,
 });
 
-export const agreementVerificationMessage = (m: { id: string; providerPid: string; consumerPid: string }) => ({
+export const agreementVerificationMessage = (m: {
+  id: string;
+  providerPid: string;
+  consumerPid: string;
+}) => ({
   '@context': DSP_CONTEXT,
   '@id': m.id,
   '@type': 'ContractAgreementVerificationMessage',
@@ -93,4 +102,5 @@ export const negotiationTerminationMessage = (m: {
 });
 
 /** Joins a callback or base address and a relative DSP path, with or without a trailing slash. */
-export const dspUrl = (base: string, path: string) => `${base.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
+export const dspUrl = (base: string, path: string) =>
+  `${base.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;

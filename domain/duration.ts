@@ -3,12 +3,19 @@
  * minimum_interval): `P2D`, `PT15M`, `P1W`, `PT0.5S`. Years and months are refused (their
  * length varies). Returns milliseconds, or null when the text is not such a duration.
  */
-const DURATION = /^P(?!$)(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?!$)(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$/;
+const DURATION =
+  /^P(?!$)(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?!$)(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$/;
 
 export function parseDurationMs(text: string): number | null {
   const m = DURATION.exec(text);
   if (!m) return null;
-  const [w, d, h, min, s] = m.slice(1).map((v) => (v === undefined ? 0 : Number(v))) as [number, number, number, number, number];
+  const [w, d, h, min, s] = m.slice(1).map((v) => (v === undefined ? 0 : Number(v))) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
   return Math.round(((((w * 7 + d) * 24 + h) * 60 + min) * 60 + s) * 1000);
 }
 

@@ -72,13 +72,19 @@ export function nextNegotiationState(
   message: NegotiationMessage,
   sender: Party,
 ): NegotiationState | null {
-  return NEGOTIATION_TRANSITIONS.find((t) => t.from === from && t.message === message && t.sender === sender)?.to ?? null;
+  return (
+    NEGOTIATION_TRANSITIONS.find((t) => t.from === from && t.message === message && t.sender === sender)
+      ?.to ?? null
+  );
 }
 
 export const otherParty = (p: Party): Party => (p === 'consumer' ? 'provider' : 'consumer');
 
 /** Which message kind a DSP body is. */
-export function negotiationMessageKind(body: { '@type'?: unknown; eventType?: unknown }): NegotiationMessage | null {
+export function negotiationMessageKind(body: {
+  '@type'?: unknown;
+  eventType?: unknown;
+}): NegotiationMessage | null {
   switch (body['@type']) {
     case 'ContractRequestMessage':
     case 'ContractOfferMessage':

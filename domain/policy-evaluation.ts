@@ -48,7 +48,8 @@ function holds(c: Constraint, ctx: PolicyContext): boolean {
         return n === t;
     }
   }
-  if (c.left_operand === 'pl:signedRequests') return (ctx.signedRequests ?? true) === c.right_operand || c.right_operand === true;
+  if (c.left_operand === 'pl:signedRequests')
+    return (ctx.signedRequests ?? true) === c.right_operand || c.right_operand === true;
   const subject = subjectValues();
   if (subject === null) return false;
   const wanted = values(c.right_operand);

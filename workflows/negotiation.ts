@@ -20,7 +20,6 @@ import {
   isTerminal,
   nextNegotiationState,
   otherParty,
-  type NegotiationMessage,
   type NegotiationState,
 } from '../domain/negotiation.js';
 import {
@@ -128,7 +127,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   }
 
   /** Sends our message after moving to `to`; an undeliverable message ends the negotiation. */
-  async function transitionAndSend(to: NegotiationState, messageType: string, path: string, body: Record<string, unknown>) {
+  async function transitionAndSend(
+    to: NegotiationState,
+    messageType: string,
+    path: string,
+    body: Record<string, unknown>,
+  ) {
     state = to;
     await record({ message_type: messageType, direction: 'outbound', evidence_id: null, note: null });
     const result = await send(messageType, path, body);
@@ -141,7 +145,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   }
 
   const peerPath = (suffix: string) =>
-    role === 'provider' ? `negotiations/${input.consumerPid}/${suffix}` : `negotiations/${providerPid ?? ''}/${suffix}`;
+    role === 'provider'
+      ? `negotiations/${input.consumerPid}/${suffix}`
+      : `negotiations/${providerPid ?? ''}/${suffix}`;
 
   setHandler(ackQuery, ack);
   setHandler(startedUpdate, async () => {
@@ -161,12 +167,18 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       if (message.kind === 'ContractOfferMessage') providerPid ??= String(message.body.providerPid);
       if (message.kind === 'ContractNegotiationTerminationMessage') {
         const reasons = (message.body.reason as string[] | undefined) ?? [];
-        error = [message.body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
+        error =
+          [message.body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
         // A request still waiting for our operator is not awaiting anything any more.
         if (approval === 'pending') approval = null;
       }
       state = to;
-      await record({ message_type: message.body['@type'] as string, direction: 'inbound', evidence_id: message.evidenceId, note: null });
+      await record({
+        message_type: message.body['@type'] as string,
+        direction: 'inbound',
+        evidence_id: message.evidenceId,
+        note: null,
+      });
       if (state === 'FINALIZED' && agreement) await storeAgreementOnce();
       const answer = ack();
       if (message.messageId) received.set(message.messageId, answer);
@@ -195,7 +207,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       const awaiting = approval === 'pending';
       if (d.action === 'approve') {
         approval = 'approved';
-        await record({ message_type: null, direction: 'internal', evidence_id: null, note: `approved by ${d.by}` });
+        await record({
+          message_type: null,
+          direction: 'internal',
+          evidence_id: null,
+          note: `approved by ${d.by}`,
+        });
         return ack();
       }
       // Reject, or terminate (which, for a request awaiting approval, is a rejection).
@@ -204,21 +221,33 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       ourTermination = { code: awaiting ? 'rejected' : 'terminated', reason: [reason] };
       error = reason;
       state = 'TERMINATED';
-      await record({ message_type: null, direction: 'internal', evidence_id: null, note: `${d.action} by ${d.by}: ${reason}` });
+      await record({
+        message_type: null,
+        direction: 'internal',
+        evidence_id: null,
+        note: `${d.action} by ${d.by}: ${reason}`,
+      });
       return ack();
     },
     {
       validator: (d: OperatorDecision) => {
         if (d.action === 'terminate') {
           if (isTerminal(state)) {
-            throw ApplicationFailure.create({ type: ALREADY_ENDED, message: `the negotiation has ended (${state})`, nonRetryable: true });
+            throw ApplicationFailure.create({
+              type: ALREADY_ENDED,
+              message: `the negotiation has ended (${state})`,
+              nonRetryable: true,
+            });
           }
           return;
         }
         if (approval !== 'pending' || decision !== null || isTerminal(state)) {
           throw ApplicationFailure.create({
             type: NOT_AWAITING_APPROVAL,
-            message: approval === 'expired' ? 'the request expired before a decision' : 'the negotiation is not awaiting approval',
+            message:
+              approval === 'expired'
+                ? 'the request expired before a decision'
+                : 'the negotiation is not awaiting approval',
             nonRetryable: true,
           });
         }
@@ -236,12 +265,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       role,
       provider_did: role === 'provider' ? input.ourDid : input.counterpartyDid,
       consumer_did: role === 'consumer' ? input.ourDid : input.counterpartyDid,
-      dataset_id: String(agreement.target ?? input.datasetId ?? ''),
+      dataset_id: text(agreement.target) ?? input.datasetId ?? '',
       offer_id: input.offerId,
       agreement,
       narrowing: input.narrowing,
       connection_alias: input.connectionAlias,
-      signed_at: String(agreement.timestamp ?? now()),
+      signed_at: text(agreement.timestamp) ?? now(),
     });
   }
 
@@ -252,11 +281,21 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       callbackAddress: input.ourAddress,
       offer: input.offer,
     });
-    const sent = await transitionAndSend('REQUESTED', 'ContractRequestMessage', 'negotiations/request', request);
+    const sent = await transitionAndSend(
+      'REQUESTED',
+      'ContractRequestMessage',
+      'negotiations/request',
+      request,
+    );
     const answer = sent.delivered ? (sent.body as { providerPid?: unknown } | null) : null;
     if (typeof answer?.providerPid === 'string' && providerPid === null) {
       providerPid = answer.providerPid;
-      await record({ message_type: 'ContractNegotiation', direction: 'inbound', evidence_id: null, note: 'request acknowledged' });
+      await record({
+        message_type: 'ContractNegotiation',
+        direction: 'inbound',
+        evidence_id: null,
+        note: 'request acknowledged',
+      });
     }
   } else {
     // The initial request arrived with the start (update-with-start).
@@ -269,8 +308,16 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       if (input.approval === 'manual' && approval !== 'approved') {
         approval = 'pending';
         expiresAt = new Date(Date.now() + input.approvalTimeoutMs).toISOString();
-        await record({ message_type: null, direction: 'internal', evidence_id: null, note: 'awaiting approval' });
-        const decided = await condition(() => decision !== null || state !== current, input.approvalTimeoutMs);
+        await record({
+          message_type: null,
+          direction: 'internal',
+          evidence_id: null,
+          note: 'awaiting approval',
+        });
+        const decided = await condition(
+          () => decision !== null || state !== current,
+          input.approvalTimeoutMs,
+        );
         if (!decided) {
           approval = 'expired';
           error = 'the request expired before an operator approved it';
@@ -293,7 +340,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         'AGREED',
         'ContractAgreementMessage',
         peerPath('agreement'),
-        contractAgreementMessage({ id: `urn:uuid:${uuid4()}`, providerPid: input.id, consumerPid: input.consumerPid, agreement }),
+        contractAgreementMessage({
+          id: `urn:uuid:${uuid4()}`,
+          providerPid: input.id,
+          consumerPid: input.consumerPid,
+          agreement,
+        }),
       );
     } else if (role === 'provider' && current === 'VERIFIED') {
       await storeAgreementOnce();
@@ -301,14 +353,23 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         'FINALIZED',
         'ContractNegotiationEventMessage',
         peerPath('events'),
-        negotiationEventMessage({ id: `urn:uuid:${uuid4()}`, providerPid: input.id, consumerPid: input.consumerPid, eventType: 'FINALIZED' }),
+        negotiationEventMessage({
+          id: `urn:uuid:${uuid4()}`,
+          providerPid: input.id,
+          consumerPid: input.consumerPid,
+          eventType: 'FINALIZED',
+        }),
       );
     } else if (role === 'consumer' && current === 'AGREED') {
       await transitionAndSend(
         'VERIFIED',
         'ContractAgreementVerificationMessage',
         peerPath('agreement/verification'),
-        agreementVerificationMessage({ id: `urn:uuid:${uuid4()}`, providerPid: providerPid ?? '', consumerPid: input.consumerPid }),
+        agreementVerificationMessage({
+          id: `urn:uuid:${uuid4()}`,
+          providerPid: providerPid ?? '',
+          consumerPid: input.consumerPid,
+        }),
       );
     } else {
       // Our move is done; the counterparty's message (or an operator) moves us on.
@@ -342,9 +403,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   return ack();
 }
 
+const text = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+
 /** The rules of an offer, carried into the agreement (an Agreement's rules have no target). */
 function rulesOf(offer: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const key of ['permission', 'prohibition', 'obligation']) if (offer[key] !== undefined) out[key] = offer[key];
+  for (const key of ['permission', 'prohibition', 'obligation'])
+    if (offer[key] !== undefined) out[key] = offer[key];
   return out;
 }

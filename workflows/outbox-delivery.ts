@@ -18,14 +18,18 @@ export interface OutboxDeliveryInput {
   retry: DeliveryRetry;
 }
 
-export type OutboxDeliveryResult = { delivered: true; status: number; body?: unknown } | { delivered: false; error: string };
+export type OutboxDeliveryResult =
+  { delivered: true; status: number; body?: unknown } | { delivered: false; error: string };
 
 /**
  * Delivers one outbox row from inside any workflow: one activity attempt per try under
  * Temporal's retry policy; when retries run out the row is dropped and a readable error is
  * returned. Process workflows call this inline (no child workflow: one hop less per message).
  */
-export async function deliverFromOutbox(outboxId: number, retry: DeliveryRetry): Promise<OutboxDeliveryResult> {
+export async function deliverFromOutbox(
+  outboxId: number,
+  retry: DeliveryRetry,
+): Promise<OutboxDeliveryResult> {
   const { deliverOutboxMessage } = proxyActivities<OutboxActivities>({
     startToCloseTimeout: '15 seconds',
     retry: {
@@ -47,7 +51,8 @@ export async function deliverFromOutbox(outboxId: number, retry: DeliveryRetry):
     // A cancelled delivery (the process ended) is not a failed one: the row stays pending.
     if (isCancellation(err)) throw err;
     const cause = err instanceof ActivityFailure ? err.cause : err;
-    const reason = cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
+    const reason =
+      cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
     const error = `message not delivered after retries: ${reason}`;
     await CancellationScope.nonCancellable(() => dropOutboxMessage(outboxId, error));
     return { delivered: false, error };

@@ -1,14 +1,23 @@
 /** Negotiations and agreements for operators: start (consumer), list, read, approve, reject, terminate. */
 import Joi from 'joi';
 import { randomUUID } from 'node:crypto';
-import { WithStartWorkflowOperation, WorkflowUpdateFailedError } from '@temporalio/client';
+import {
+  WithStartWorkflowOperation,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+} from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { route } from '../routes.js';
 import type { Services } from '../services.js';
 import { idParams, pageOf, pageQuery, toPageRequest } from './schemas.js';
 import { dateTime, nullableString } from '../validation.js';
 import { ApiError, conflict, notFound } from '../../domain/errors.js';
-import { NEGOTIATION_STATES, type NegotiationState, type Party } from '../../domain/negotiation.js';
+import {
+  NEGOTIATION_STATES,
+  isTerminal,
+  type NegotiationState,
+  type Party,
+} from '../../domain/negotiation.js';
 import { negotiationStore, type NegotiationRecord } from '../../db/negotiations.js';
 import { agreementStore } from '../../db/agreements.js';
 import { outboxStore } from '../../db/outbox.js';
@@ -36,13 +45,20 @@ interface StartInput {
 }
 
 const startBody = Joi.object({
-  counterparty_address: Joi.string().uri({ scheme: ['http', 'https'] }).required().description("the provider's DSP base address"),
-  counterparty_did: Joi.string().pattern(/^did:[a-z0-9]+:.+$/).required(),
+  counterparty_address: Joi.string()
+    .uri({ scheme: ['http', 'https'] })
+    .required()
+    .description("the provider's DSP base address"),
+  counterparty_did: Joi.string()
+    .pattern(/^did:[a-z0-9]+:.+$/)
+    .required(),
   offer_id: Joi.string().min(1),
   offer: Joi.object({ '@id': Joi.string().min(1).required() }).unknown(true),
   dataset_id: nullableString(),
   purpose: nullableString().max(500),
-  connection_alias: Joi.string().pattern(/^[a-z0-9][a-z0-9-]{0,62}$/).allow(null),
+  connection_alias: Joi.string()
+    .pattern(/^[a-z0-9][a-z0-9-]{0,62}$/)
+    .allow(null),
   narrowing: Joi.object({
     objects: Joi.array().items(Joi.string().min(1)).min(1).unique(),
     points: Joi.array().items(Joi.string().min(1)).min(1).unique(),
@@ -86,7 +102,9 @@ const negotiationOutput = Joi.object({
   outbox: Joi.array().items(Joi.object().unknown(true)).required(),
   objects: Joi.array().items(Joi.string()).allow(null),
   points: Joi.array().items(Joi.string()).allow(null),
-  conflicts: Joi.array().items(Joi.object({ object: Joi.string(), consumer_did: Joi.string(), agreement_id: Joi.string() })).allow(null),
+  conflicts: Joi.array()
+    .items(Joi.object({ object: Joi.string(), consumer_did: Joi.string(), agreement_id: Joi.string() }))
+    .allow(null),
   created_at: dateTime().required(),
   updated_at: dateTime().required(),
 });
@@ -97,21 +115,25 @@ const negotiationOutput = Joi.object({
  */
 async function conflictsFor(db: Db, record: NegotiationRecord, objects: string[]) {
   if (objects.length === 0) return [];
-  const rows = (await db('agreements as a')
+  const rows: Array<{
+    id: string;
+    consumer_did: string;
+    agreement: { permission?: Array<{ action?: string }> };
+    objects: string[];
+  }> = await db('agreements as a')
     .join('products as p', 'p.id', 'a.dataset_id')
     .where('a.role', 'provider')
     .andWhere('a.state', 'active')
     .andWhereNot('a.consumer_did', record.counterparty_did)
     .andWhereRaw('p.objects \\?| ?::text[]', [objects])
-    .select('a.id', 'a.consumer_did', 'a.agreement', 'p.objects')) as Array<{
-    id: string;
-    consumer_did: string;
-    agreement: { permission?: Array<{ action?: string }> };
-    objects: string[];
-  }>;
+    .select('a.id', 'a.consumer_did', 'a.agreement', 'p.objects');
   return rows
     .filter((r) => (r.agreement.permission ?? []).some((p) => p.action === 'write'))
-    .flatMap((r) => r.objects.filter((o) => objects.includes(o)).map((object) => ({ object, consumer_did: r.consumer_did, agreement_id: r.id })));
+    .flatMap((r) =>
+      r.objects
+        .filter((o) => objects.includes(o))
+        .map((object) => ({ object, consumer_did: r.consumer_did, agreement_id: r.id })),
+    );
 }
 
 export async function presentNegotiation(db: Db, record: NegotiationRecord, single: boolean) {
@@ -141,7 +163,10 @@ export async function presentNegotiation(db: Db, record: NegotiationRecord, sing
 function decisionFailure(err: unknown): ApiError | null {
   if (!(err instanceof WorkflowUpdateFailedError)) return null;
   const cause = err.cause;
-  if (cause instanceof ApplicationFailure && (cause.type === NOT_AWAITING_APPROVAL || cause.type === ALREADY_ENDED)) {
+  if (
+    cause instanceof ApplicationFailure &&
+    (cause.type === NOT_AWAITING_APPROVAL || cause.type === ALREADY_ENDED)
+  ) {
     return conflict(cause.message);
   }
   return null;
@@ -154,14 +179,30 @@ export function negotiationRoutes(services: Services) {
     return services.temporal;
   };
 
-  async function decide(id: string, action: OperatorDecision['action'], caller: Caller | undefined, reason: string | null) {
+  async function decide(
+    id: string,
+    action: OperatorDecision['action'],
+    caller: Caller | undefined,
+    reason: string | null,
+  ) {
     const record = await negotiationStore(db).get(id);
     if (!record) throw notFound('negotiation', id);
     try {
       await temporal()
         .workflow.getHandle(record.workflow_id)
-        .executeUpdate(decisionUpdate, { args: [{ action, by: caller ? `${caller.name} (${caller.id})` : 'unknown', reason }] });
+        .executeUpdate(decisionUpdate, {
+          args: [{ action, by: caller ? `${caller.name} (${caller.id})` : 'unknown', reason }],
+        });
     } catch (err) {
+      // The workflow has ended: nothing awaits approval and nothing is left to terminate.
+      if (err instanceof WorkflowNotFoundError && isTerminal(record.state)) {
+        if (action === 'terminate') throw conflict(`the negotiation has ended (${record.state})`);
+        throw conflict(
+          record.approval === 'expired'
+            ? 'the request expired before a decision'
+            : `the negotiation is not awaiting approval (${record.state})`,
+        );
+      }
       const mapped = decisionFailure(err);
       if (mapped) throw mapped;
       throw err;
@@ -193,7 +234,12 @@ export function negotiationRoutes(services: Services) {
           ourAddress: services.connector.dspAddress,
           counterpartyDid: body.counterparty_did,
           counterpartyAddress: body.counterparty_address,
-          offer: { '@type': 'Offer', ...offer, ...(datasetId ? { target: datasetId } : {}), ...(body.narrowing ? { narrowing: body.narrowing } : {}) },
+          offer: {
+            '@type': 'Offer',
+            ...offer,
+            ...(datasetId ? { target: datasetId } : {}),
+            ...(body.narrowing ? { narrowing: body.narrowing } : {}),
+          },
           datasetId,
           offerId: offer['@id'],
           purpose: body.purpose ?? null,
@@ -226,7 +272,10 @@ export function negotiationRoutes(services: Services) {
       }),
       response: pageOf(negotiationOutput),
       async handler({ query }) {
-        const page = await negotiationStore(db).list({ role: query.role, state: query.state }, toPageRequest(query));
+        const page = await negotiationStore(db).list(
+          { role: query.role, state: query.state },
+          toPageRequest(query),
+        );
         const items = [];
         for (const r of page.items) items.push(await presentNegotiation(db, r, false));
         return { items, next_cursor: page.next_cursor };
@@ -304,4 +353,3 @@ export function negotiationRoutes(services: Services) {
     }),
   ];
 }
-

@@ -77,9 +77,9 @@ export function catalogRoutes(
   async function visible(ctx: Koa.Context, only?: string) {
     const policyCtx = await policyContext(ctx);
     const byProduct = new Map<string, OfferRecord[]>();
-    const offers = (await db('offers')
+    const offers: OfferRecord[] = await db('offers')
       .orderBy('seq')
-      .modify((q) => void (only ? q.where({ asset_id: only }) : q))) as OfferRecord[];
+      .modify((q) => void (only ? q.where({ asset_id: only }) : q));
     for (const offer of offers) {
       const access = await policyStore(db).get(offer.access_policy_id);
       if (!access || !permits(access, policyCtx)) continue;

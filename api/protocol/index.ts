@@ -28,7 +28,8 @@ function refusalsInProtocolShape(authenticatePeer: Koa.Middleware) {
       await authenticatePeer(ctx, () => Promise.resolve());
     } catch (err) {
       if (!(err instanceof ProtocolAuthError)) throw err;
-      if (ctx.path.startsWith(`${DSP_BASE_PATH}/catalog/`)) throw new CatalogError(err.status, err.reason, [err.message]);
+      if (ctx.path.startsWith(`${DSP_BASE_PATH}/catalog/`))
+        throw new CatalogError(err.status, err.reason, [err.message]);
       throw new DspError(err.status, err.reason, [err.message]);
     }
     await next();

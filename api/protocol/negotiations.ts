@@ -12,7 +12,11 @@ import { createHash } from 'node:crypto';
 import type Router from '@koa/router';
 import type Koa from 'koa';
 import type Joi from 'joi';
-import { WithStartWorkflowOperation, WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
+import {
+  WithStartWorkflowOperation,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+} from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Services } from '../services.js';
 import { negotiationStore } from '../../db/negotiations.js';

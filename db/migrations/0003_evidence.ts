@@ -2,14 +2,15 @@ import type { Knex } from 'knex';
 
 /**
  * The hash-chained evidence log (spec "Evidence"; docs/evidence.md). One linear chain per
- * connector: entry `seq` (1, 2, 3… without gaps) stores the exact RFC 8785 bytes that were hashed
+ * connector: entry `seq` (1, 2, 3… without gaps) keeps the exact RFC 8785 bytes that were hashed
  * (`canonical`, which itself contains seq and prev_hash) and `hash` = SHA-256 of those bytes.
  *
- * Appends are serialized by the primary key, not by a lock held across the transaction: a writer
- * inserts entry n+1 carrying the hash of entry n, only if entry n is there with that hash
- * (db/evidence.ts). Two writers racing for the same n+1 cannot both commit (the second waits on
- * the unique index and fails), so the chain cannot fork, and an append is one statement in one
- * short transaction. Measured against a `SELECT … FOR UPDATE` head row in bench/evidence.ts.
+ * No head table: the tail is the last row of the primary key. Appends are serialized by a
+ * transaction-level advisory lock taken inside the one INSERT that appends (db/evidence.ts), and
+ * that INSERT only goes in after the entry it names as its predecessor; the primary key refuses
+ * a second writer of the same seq. So the chain cannot fork or have a gap, and an append is one
+ * statement in one short transaction (bench/evidence.ts measures it against a head row locked
+ * with SELECT … FOR UPDATE).
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.createTable('evidence', (t) => {

@@ -35,7 +35,9 @@ export async function up(knex: Knex): Promise<void> {
     t.index(['provider_pid']);
   });
   // A provider is found again by the consumer's pid when the same request arrives twice.
-  await knex.raw('CREATE UNIQUE INDEX negotiations_consumer ON negotiations (role, counterparty_did, consumer_pid)');
+  await knex.raw(
+    'CREATE UNIQUE INDEX negotiations_consumer ON negotiations (role, counterparty_did, consumer_pid)',
+  );
 
   await knex.schema.createTable('negotiation_history', (t) => {
     t.bigIncrements('seq');

@@ -6,8 +6,15 @@ import { expect } from 'chai';
 import { randomUUID } from 'node:crypto';
 import { client } from '../support/http.js';
 import { expectError } from '../support/expect-error.js';
-import { publishOffer, startDataspace, startParticipant, waitFor, type Participant } from '../support/dataspace.js';
+import {
+  publishOffer,
+  startDataspace,
+  startParticipant,
+  waitFor,
+  type Participant,
+} from '../support/dataspace.js';
 import type { RunningAuthority } from '../../dev/authority/index.js';
+import { recordHistory } from '../support/histories.js';
 import type { RunningBuildingBackend } from '../../dev/building-backend/index.js';
 
 const DSP_CONTEXT = ['https://w3id.org/dspace/2025/1/context.jsonld'];
@@ -40,45 +47,92 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       ...extra,
     });
 
+  /** The provider's side of a negotiation the consumer started (it arrives a moment later). */
   async function providerSide(consumerPid: string) {
-    const list = await provider.api.get('/api/v1/negotiations?role=provider&limit=200');
-    const found = list.body.items.find((n: { consumer_pid: string }) => n.consumer_pid === consumerPid);
-    expect(found, 'the provider has the negotiation').to.be.an('object');
-    return found as { id: string };
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const list = await provider.api.get('/api/v1/negotiations?role=provider&limit=200');
+      const found = list.body.items.find((n: { consumer_pid: string }) => n.consumer_pid === consumerPid);
+      if (found) return found as { id: string };
+      if (Date.now() > deadline) throw new Error(`the provider never got ${consumerPid}`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+
+  /** Saves the histories of both sides (RECORD_HISTORIES=1) for the replay suite. */
+  async function recordBoth(consumerId: string, providerId: string, name: string) {
+    for (const [side, id, role] of [
+      [consumer, consumerId, 'consumer'],
+      [provider, providerId, 'provider'],
+    ] as const) {
+      const row = await side.connector.db('negotiations').where({ id }).first('workflow_id');
+      await recordHistory(side.connector, row.workflow_id, `negotiation-${role}-${name}`);
+    }
   }
 
   /** The consumer's own connector token for the provider, to speak DSP directly in tests. */
-  const asConsumer = async () => ({ authorization: `Bearer ${await consumer.connector.identity.issueToken(provider.did)}` });
+  const asConsumer = async () => ({
+    authorization: `Bearer ${await consumer.connector.identity.issueToken(provider.did)}`,
+  });
 
   it('serves the DSP version metadata without authentication', async () => {
     const res = await client(provider.connector.url).get('/.well-known/dspace-version');
     expect(res.status).to.equal(200);
-    expect(res.body).to.deep.equal({ protocolVersions: [{ version: '2025-1', path: '/dsp', binding: 'HTTPS' }] });
+    expect(res.body).to.deep.equal({
+      protocolVersions: [{ version: '2025-1', path: '/dsp', binding: 'HTTPS' }],
+    });
   });
 
   it('negotiates to FINALIZED on both sides with automatic approval, storing the agreement', async () => {
     const { offerId, datasetId } = await publishOffer(provider, backend, 'automatic', 'auto-offer');
     const started = await start(offerId, datasetId, { purpose: 'research', connection_alias: 'soda' });
     expect(started.status, JSON.stringify(started.body)).to.equal(201);
-    expect(started.body).to.include({ role: 'consumer', counterparty_did: provider.did, offer_id: offerId, connection_alias: 'soda', purpose: 'research' });
+    expect(started.body).to.include({
+      role: 'consumer',
+      counterparty_did: provider.did,
+      offer_id: offerId,
+      connection_alias: 'soda',
+      purpose: 'research',
+    });
     const done = await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
     expect(done.agreement_id).to.match(/^urn:uuid:/);
     expect(done.provider_pid).to.match(/^urn:uuid:/);
-    expect(done.history.map((h: { state: string }) => h.state)).to.include.members(['REQUESTED', 'AGREED', 'VERIFIED', 'FINALIZED']);
+    expect(done.history.map((h: { state: string }) => h.state)).to.include.members([
+      'REQUESTED',
+      'AGREED',
+      'VERIFIED',
+      'FINALIZED',
+    ]);
     expect(done.outbox).to.deep.equal([]);
 
     const theirs = await providerSide(started.body.consumer_pid);
     const p = await waitFor(provider.api, theirs.id, (n) => n.state === 'FINALIZED');
-    expect(p).to.include({ role: 'provider', counterparty_did: consumer.did, agreement_id: done.agreement_id, dataset_id: datasetId });
+    expect(p).to.include({
+      role: 'provider',
+      counterparty_did: consumer.did,
+      agreement_id: done.agreement_id,
+      dataset_id: datasetId,
+    });
     expect(p.objects).to.deep.equal(['0363.10.0000000101']);
     expect(p.conflicts).to.deep.equal([]);
 
     for (const side of [provider, consumer]) {
       const a = await side.api.get(`/api/v1/agreements/${encodeURIComponent(done.agreement_id)}`);
       expect(a.status).to.equal(200);
-      expect(a.body).to.include({ dataset_id: datasetId, provider_did: provider.did, consumer_did: consumer.did, state: 'active' });
-      expect(a.body.agreement).to.include({ '@type': 'Agreement', target: datasetId, assigner: provider.did, assignee: consumer.did });
+      expect(a.body).to.include({
+        dataset_id: datasetId,
+        provider_did: provider.did,
+        consumer_did: consumer.did,
+        state: 'active',
+      });
+      expect(a.body.agreement).to.include({
+        '@type': 'Agreement',
+        target: datasetId,
+        assigner: provider.did,
+        assignee: consumer.did,
+      });
     }
+    await recordBoth(started.body.id, theirs.id, 'automatic');
   });
 
   it('waits for an operator with manual approval; approve finalizes it', async () => {
@@ -95,8 +149,19 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     expect(approved.body.decided_by).to.include('initial admin');
     expect(approved.body.decided_at).to.be.a('string');
     await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
-    expectError(await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`), 409, 'conflict');
-    expectError(await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/terminate`), 409, 'conflict', 'ended');
+    await waitFor(provider.api, theirs.id, (n) => n.state === 'FINALIZED');
+    await recordBoth(started.body.id, theirs.id, 'approved');
+    expectError(
+      await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`),
+      409,
+      'conflict',
+    );
+    expectError(
+      await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/terminate`),
+      409,
+      'conflict',
+      'ended',
+    );
   });
 
   it('rejects with a reason the consumer sees; too long a reason is invalid_request', async () => {
@@ -110,6 +175,12 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     expect(rejected.body).to.include({ state: 'TERMINATED', approval: 'rejected' });
     const seen = await waitFor(consumer.api, started.body.id, (n) => n.state === 'TERMINATED');
     expect(seen.error).to.include('not for commercial parties');
+    await waitFor(provider.api, theirs.id, (n) =>
+      n.history.some(
+        (h: { message_type: string }) => h.message_type === 'ContractNegotiationTerminationMessage',
+      ),
+    );
+    await recordBoth(started.body.id, theirs.id, 'rejected');
     expectError(await provider.api.post(path, { reason: 'again' }), 409, 'conflict');
   });
 
@@ -120,14 +191,21 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     expect(expired.state).to.equal('TERMINATED');
     const seen = await waitFor(consumer.api, started.body.id, (n) => n.state === 'TERMINATED');
     expect(seen.error).to.include('expired');
-    expectError(await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`), 409, 'conflict', 'expired');
+    expectError(
+      await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`),
+      409,
+      'conflict',
+      'expired',
+    );
   });
 
   it('terminates from either side; the other side follows', async () => {
     const a = await start('manual-offer', 'product-manual-offer');
     const theirs = await providerSide(a.body.consumer_pid);
     await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
-    const byConsumer = await consumer.api.post(`/api/v1/negotiations/${encodeURIComponent(a.body.id)}/terminate`);
+    const byConsumer = await consumer.api.post(
+      `/api/v1/negotiations/${encodeURIComponent(a.body.id)}/terminate`,
+    );
     expect(byConsumer.status).to.equal(200);
     expect(byConsumer.body.state).to.equal('TERMINATED');
     await waitFor(provider.api, theirs.id, (n) => n.state === 'TERMINATED');
@@ -135,7 +213,9 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     const b = await start('manual-offer', 'product-manual-offer');
     const theirsB = await providerSide(b.body.consumer_pid);
     await waitFor(provider.api, theirsB.id, (n) => n.approval === 'pending');
-    const byProvider = await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirsB.id)}/terminate`);
+    const byProvider = await provider.api.post(
+      `/api/v1/negotiations/${encodeURIComponent(theirsB.id)}/terminate`,
+    );
     expect(byProvider.body).to.include({ state: 'TERMINATED', approval: 'rejected' });
     await waitFor(consumer.api, b.body.id, (n) => n.state === 'TERMINATED');
   });
@@ -161,7 +241,10 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       (n: { consumer_pid: string }) => n.consumer_pid === consumerPid,
     );
     expect(all).to.have.length(1);
-    const read = await dsp.get(`/negotiations/${encodeURIComponent(first.body.providerPid)}`, await asConsumer());
+    const read = await dsp.get(
+      `/negotiations/${encodeURIComponent(first.body.providerPid)}`,
+      await asConsumer(),
+    );
     expect(read.body).to.deep.equal(first.body);
   });
 
@@ -170,7 +253,13 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     const dsp = client(provider.dsp);
     const created = await dsp.post(
       '/negotiations/request',
-      { '@context': DSP_CONTEXT, '@type': 'ContractRequestMessage', consumerPid, callbackAddress: consumer.dsp, offer: { '@id': 'manual-offer' } },
+      {
+        '@context': DSP_CONTEXT,
+        '@type': 'ContractRequestMessage',
+        consumerPid,
+        callbackAddress: consumer.dsp,
+        offer: { '@id': 'manual-offer' },
+      },
       await asConsumer(),
     );
     expect(created.status).to.equal(201);
@@ -182,30 +271,56 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       await asConsumer(),
     );
     expect(illegal.status).to.equal(400);
-    expect(illegal.body).to.include({ '@type': 'ContractNegotiationError', code: 'invalid_transition', providerPid, consumerPid });
+    expect(illegal.body).to.include({
+      '@type': 'ContractNegotiationError',
+      code: 'invalid_transition',
+      providerPid,
+      consumerPid,
+    });
     expect(illegal.body.reason[0]).to.include('REQUESTED');
     // FINALIZED is the provider's to send, never the consumer's.
     const wrongSender = await dsp.post(
       `/negotiations/${encodeURIComponent(providerPid)}/events`,
-      { '@context': DSP_CONTEXT, '@type': 'ContractNegotiationEventMessage', providerPid, consumerPid, eventType: 'FINALIZED' },
+      {
+        '@context': DSP_CONTEXT,
+        '@type': 'ContractNegotiationEventMessage',
+        providerPid,
+        consumerPid,
+        eventType: 'FINALIZED',
+      },
       await asConsumer(),
     );
     expect(wrongSender.status).to.equal(400);
     const unknown = await dsp.post(
       '/negotiations/urn:uuid:00000000-0000-4000-8000-000000000000/termination',
-      { '@context': DSP_CONTEXT, '@type': 'ContractNegotiationTerminationMessage', providerPid: 'urn:uuid:00000000-0000-4000-8000-000000000000', consumerPid },
+      {
+        '@context': DSP_CONTEXT,
+        '@type': 'ContractNegotiationTerminationMessage',
+        providerPid: 'urn:uuid:00000000-0000-4000-8000-000000000000',
+        consumerPid,
+      },
       await asConsumer(),
     );
     expect(unknown.status).to.equal(404);
     expect(unknown.body['@type']).to.equal('ContractNegotiationError');
     const badOffer = await dsp.post(
       '/negotiations/request',
-      { '@context': DSP_CONTEXT, '@type': 'ContractRequestMessage', consumerPid: `urn:uuid:${randomUUID()}`, callbackAddress: consumer.dsp, offer: { '@id': 'no-such-offer' } },
+      {
+        '@context': DSP_CONTEXT,
+        '@type': 'ContractRequestMessage',
+        consumerPid: `urn:uuid:${randomUUID()}`,
+        callbackAddress: consumer.dsp,
+        offer: { '@id': 'no-such-offer' },
+      },
       await asConsumer(),
     );
     expect(badOffer.status).to.equal(400);
     expect(badOffer.body.code).to.equal('unknown_offer');
-    const invalid = await dsp.post('/negotiations/request', { '@type': 'ContractRequestMessage' }, await asConsumer());
+    const invalid = await dsp.post(
+      '/negotiations/request',
+      { '@type': 'ContractRequestMessage' },
+      await asConsumer(),
+    );
     expect(invalid.status).to.equal(400);
     expect(invalid.body['@type']).to.equal('ContractNegotiationError');
   });
@@ -217,7 +332,9 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     const outsider = await startParticipant('outsider', authority, {}, false);
     try {
       const token = await outsider.connector.identity.issueToken(provider.did);
-      const refused = await client(provider.dsp).post('/catalog/request', body, { authorization: `Bearer ${token}` });
+      const refused = await client(provider.dsp).post('/catalog/request', body, {
+        authorization: `Bearer ${token}`,
+      });
       expect(refused.status).to.equal(403);
     } finally {
       await outsider.connector.stop();
@@ -225,7 +342,11 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
   });
 
   it('shows the catalog: offers as datasets with their ODRL offer and building, filtered by access policy', async () => {
-    const res = await client(provider.dsp).post('/catalog/request', { '@context': DSP_CONTEXT, '@type': 'CatalogRequestMessage' }, await asConsumer());
+    const res = await client(provider.dsp).post(
+      '/catalog/request',
+      { '@context': DSP_CONTEXT, '@type': 'CatalogRequestMessage' },
+      await asConsumer(),
+    );
     expect(res.status).to.equal(200);
     expect(res.body).to.include({ '@type': 'Catalog', participantId: provider.did });
     const ds = res.body.dataset.find((d: { '@id': string }) => d['@id'] === 'product-auto-offer');

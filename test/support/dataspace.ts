@@ -41,7 +41,12 @@ export async function startParticipant(
 export const SODA = '0363.10.0000000101';
 
 /** A provider with a source on the sample backend, a product, policies and an offer. */
-export async function publishOffer(provider: Participant, backend: RunningBuildingBackend, approval: 'automatic' | 'manual', id: string) {
+export async function publishOffer(
+  provider: Participant,
+  backend: RunningBuildingBackend,
+  approval: 'automatic' | 'manual',
+  id: string,
+) {
   const api = provider.api;
   if ((await api.get('/api/v1/sources/campus')).status === 404) {
     expect(
@@ -50,27 +55,63 @@ export async function publishOffer(provider: Participant, backend: RunningBuildi
           id: 'campus',
           name: 'Campus',
           objects: [SODA],
-          backend: { base_url: backend.url, auth_header_name: 'X-Api-Key', auth_header_value: 'k', allowed_methods: ['GET'] },
+          backend: {
+            base_url: backend.url,
+            auth_header_name: 'X-Api-Key',
+            auth_header_value: 'k',
+            allowed_methods: ['GET'],
+          },
           links: [{ object: SODA, local_id: 'soda-hall' }],
         })
       ).status,
     ).to.equal(201);
-    expect((await api.post('/api/v1/policies', { id: 'members', permissions: [{ action: 'use', constraints: [{ left_operand: 'pl:membership', operator: 'eq', right_operand: 'active' }] }] })).status).to.equal(201);
-    expect((await api.post('/api/v1/policies', { id: 'read-only', permissions: [{ action: 'read' }] })).status).to.equal(201);
+    expect(
+      (
+        await api.post('/api/v1/policies', {
+          id: 'members',
+          permissions: [
+            {
+              action: 'use',
+              constraints: [{ left_operand: 'pl:membership', operator: 'eq', right_operand: 'active' }],
+            },
+          ],
+        })
+      ).status,
+    ).to.equal(201);
+    expect(
+      (await api.post('/api/v1/policies', { id: 'read-only', permissions: [{ action: 'read' }] })).status,
+    ).to.equal(201);
   }
-  expect((await api.post('/api/v1/products', { id: `product-${id}`, title: `Soda ${id}`, objects: [SODA], source_id: 'campus' })).status).to.equal(201);
-  const offer = await api.post('/api/v1/offers', { id, asset_id: `product-${id}`, access_policy_id: 'members', contract_policy_id: 'read-only', approval });
+  expect(
+    (
+      await api.post('/api/v1/products', {
+        id: `product-${id}`,
+        title: `Soda ${id}`,
+        objects: [SODA],
+        source_id: 'campus',
+      })
+    ).status,
+  ).to.equal(201);
+  const offer = await api.post('/api/v1/offers', {
+    id,
+    asset_id: `product-${id}`,
+    access_policy_id: 'members',
+    contract_policy_id: 'read-only',
+    approval,
+  });
   expect(offer.status).to.equal(201);
   return { offerId: id, datasetId: `product-${id}` };
 }
 
 /** Polls a negotiation until `done` holds (bounded); returns the last answer. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read negotiations of every shape
 export async function waitFor(api: Client, id: string, done: (n: any) => boolean, ms = 15_000): Promise<any> {
   const deadline = Date.now() + ms;
   for (;;) {
     const res = await api.get(`/api/v1/negotiations/${encodeURIComponent(id)}`);
     if (res.status === 200 && done(res.body)) return res.body;
-    if (Date.now() > deadline) throw new Error(`negotiation ${id} did not get there: ${JSON.stringify(res.body)}`);
+    if (Date.now() > deadline)
+      throw new Error(`negotiation ${id} did not get there: ${JSON.stringify(res.body)}`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }

@@ -1,0 +1,508 @@
+/**
+ * The hash-chained evidence log through real PostgreSQL (one database per case, so tampering in
+ * one cannot leak into another) and, for the verify endpoint, a real connector over HTTP.
+ */
+import { expect } from 'chai';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { ApplicationFailure } from '@temporalio/common';
+import canonicalizeModule from 'canonicalize';
+import { createDb, migrateLatest, type Db } from '../db/knex.js';
+import {
+  EvidenceConflictError,
+  EvidenceInputError,
+  GENESIS_HASH,
+  envelopeHead,
+  envelopeTail,
+  evidenceStore,
+  sha256Hex,
+  type ChainVerification,
+} from '../db/evidence.js';
+import { createEvidenceActivities } from '../activities/evidence.js';
+import { createTestDatabase, startTestConnector, type TestConnector } from './support/stack.js';
+import { client } from './support/http.js';
+import { expectError } from './support/expect-error.js';
+
+const canonicalize = canonicalizeModule as unknown as (value: unknown) => string;
+
+interface RawRow {
+  seq: number;
+  id: string;
+  kind: string;
+  process_id: string | null;
+  at: Date;
+  prev_hash: string;
+  hash: string;
+  canonical: Buffer;
+}
+
+const EMPTY_CHAIN: ChainVerification = {
+  ok: true,
+  entries: 0,
+  head: null,
+  head_seq: null,
+  first_broken_seq: null,
+  last_anchor: null,
+};
+
+const opened: Db[] = [];
+after(() => Promise.all(opened.map((db) => db.destroy())));
+
+async function freshDatabase(): Promise<{ db: Db; url: string }> {
+  const url = await createTestDatabase('evidence');
+  const db = createDb(url);
+  opened.push(db);
+  await migrateLatest(db);
+  return { db, url };
+}
+
+function openAgain(url: string): Db {
+  const db = createDb(url, { poolMax: 2 });
+  opened.push(db);
+  return db;
+}
+
+const entry = (n: number, processId: string | null = 'neg-1') => ({
+  kind: 'dsp.inbound',
+  process_id: processId,
+  payload: { '@type': 'ContractRequestMessage', n },
+});
+
+/** A database holding a chain of `n` entries (payload n = 1…n). */
+async function chainOf(n: number) {
+  const { db, url } = await freshDatabase();
+  const store = evidenceStore(db);
+  for (let i = 1; i <= n; i++) await store.append(entry(i));
+  return { db, url, store };
+}
+
+async function rows(db: Db): Promise<RawRow[]> {
+  return (await db.raw<{ rows: RawRow[] }>('SELECT * FROM evidence ORDER BY seq')).rows;
+}
+
+/** As the test's superuser: switch off the append-only trigger, as an attacker with that power would. */
+async function tamper(db: Db, ...statements: string[]) {
+  await db.raw('ALTER TABLE evidence DISABLE TRIGGER ALL');
+  for (const sql of statements) await db.raw(sql);
+}
+
+const refused = async (promise: Promise<unknown>): Promise<Error> => {
+  try {
+    await promise;
+  } catch (err) {
+    return err as Error;
+  }
+  throw new Error('expected a refusal');
+};
+
+describe('evidence chain: appending', () => {
+  it('chains entries: seq 1, 2, 3…, each prev_hash the hash before, hash = SHA-256 of the stored bytes', async () => {
+    const { db, store } = await chainOf(0);
+    const appended = [];
+    for (let i = 1; i <= 5; i++) appended.push(await store.append(entry(i, i % 2 ? 'neg-1' : null)));
+    const stored = await rows(db);
+    expect(stored.map((r) => r.seq)).to.deep.equal([1, 2, 3, 4, 5]);
+    stored.forEach((row, i) => {
+      expect(row.prev_hash).to.equal(i === 0 ? GENESIS_HASH : stored[i - 1]!.hash);
+      expect(row.hash).to.equal(sha256Hex(row.canonical)).and.match(/^[0-9a-f]{64}$/);
+      expect(appended[i]).to.deep.equal({
+        id: row.id,
+        seq: row.seq,
+        hash: row.hash,
+        at: row.at.toISOString(),
+      });
+      expect(row.id).to.match(/^ev_[0-9a-f-]{36}$/);
+    });
+    expect(GENESIS_HASH).to.equal('0'.repeat(64));
+  });
+
+  it('stores the RFC 8785 bytes of {at, id, kind, payload, prev_hash, process_id, seq}', async () => {
+    const { db, store } = await chainOf(0);
+    const processId = 'neg "quoted" \\ back\u0001slash, é and 😀';
+    const payload = { z: 1, a: [true, null, 1.5e-7], 'é': { y: 'x', b: '\u2028' } };
+    await store.append({ kind: 'negotiation.state', process_id: processId, payload });
+    const [row] = await rows(db);
+    const text = row!.canonical.toString('utf8');
+    const envelope = {
+      at: row!.at.toISOString(),
+      id: row!.id,
+      kind: 'negotiation.state',
+      payload,
+      prev_hash: GENESIS_HASH,
+      process_id: processId,
+      seq: 1,
+    };
+    expect(text).to.equal(canonicalize(envelope));
+    expect(text).to.equal(
+      envelopeHead(envelope) + canonicalize(payload) + envelopeTail(envelope),
+      'the spliced form is the library form',
+    );
+    expect(await store.get(row!.id)).to.deep.include({ payload, process_id: processId, seq: 1 });
+    expect((await store.verify()).ok).to.equal(true);
+  });
+
+  it('canonicalizes payloads as RFC 8785 does (its numbers/strings and key-sorting examples)', async () => {
+    const { db, store } = await chainOf(0);
+    // RFC 8785 §3.2.2
+    const input = String.raw`{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+      "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}`;
+    const expected = String.raw`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`;
+    // RFC 8785 §3.2.3: keys sorted by UTF-16 code units
+    const sorting = JSON.parse(String.raw`{"\u20ac": "Euro Sign", "\r": "Carriage Return",
+      "\ufb33": "Hebrew Letter Dalet With Dagesh", "1": "One", "\ud83d\ude00": "Emoji: Grinning Face",
+      "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}`) as Record<string, string>;
+    await store.append({ kind: 'test.vector', process_id: null, payload: JSON.parse(input) });
+    await store.append({ kind: 'test.vector', process_id: null, payload: sorting });
+    const [numbers, sorted] = await rows(db);
+    expect(numbers!.canonical.toString('utf8')).to.include(`"payload":${expected},"prev_hash"`);
+    const stored = (await store.get(sorted!.id))!.payload as Record<string, string>;
+    expect(Object.values(stored)).to.deep.equal([
+      'Carriage Return',
+      'One',
+      'Control',
+      'Latin Small Letter O With Diaeresis',
+      'Euro Sign',
+      'Emoji: Grinning Face',
+      'Hebrew Letter Dalet With Dagesh',
+    ]);
+  });
+
+  it('refuses what is not I-JSON, and bad kinds and ids, without appending anything', async () => {
+    const { db, store } = await chainOf(0);
+    const bad: Array<[unknown, RegExp]> = [
+      [{ a: undefined }, /payload\.a: undefined is not JSON/],
+      [{ a: [1, Number.NaN] }, /payload\.a\[1\]: NaN/],
+      [{ a: Infinity }, /Infinity/],
+      [{ s: 'x\ud800y' }, /lone surrogate/],
+      [{ ['\udc00']: 1 }, /key contains a lone surrogate/],
+      [{ d: new Date() }, /a Date is not JSON/],
+      [{ f: () => 1 }, /a function is not JSON/],
+      [{ n: 10n }, /a bigint is not JSON/],
+      [undefined, /^payload: undefined is not JSON/],
+    ];
+    for (const [payload, message] of bad) {
+      const err = await refused(store.append({ kind: 'dsp.inbound', process_id: null, payload }));
+      expect(err, String(message)).to.be.instanceOf(EvidenceInputError);
+      expect(err.message).to.match(message);
+    }
+    for (const kind of ['', 'DSP', 'dsp..x', 'x y']) {
+      expect(await refused(store.append({ kind, process_id: null, payload: {} }))).to.be.instanceOf(
+        EvidenceInputError,
+      );
+    }
+    expect(await refused(store.append({ id: 'has space', kind: 'a.b', process_id: null, payload: {} })))
+      .to.be.instanceOf(EvidenceInputError)
+      .with.property('message')
+      .that.match(/^id:/);
+    expect(await refused(store.append({ kind: 'a.b', process_id: '', payload: {} }))).to.be.instanceOf(
+      EvidenceInputError,
+    );
+    expect(await rows(db)).to.have.length(0);
+  });
+
+  it('runs in its own transaction, never inside a caller’s', async () => {
+    const { db } = await chainOf(0);
+    const err = await refused(db.transaction((trx) => evidenceStore(trx).append(entry(1))));
+    expect(err.message).to.match(/own transaction/);
+  });
+
+  it('keeps one gap-free, unforked chain under 200 concurrent appends from 8 connection pools', async () => {
+    const { url } = await chainOf(0);
+    const pools = Array.from({ length: 8 }, () => openAgain(url));
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => evidenceStore(pools[i % 8]!).append(entry(i))),
+    );
+    expect(results.map((r) => r.seq).sort((a, b) => a - b)).to.deep.equal(
+      Array.from({ length: 200 }, (_, i) => i + 1),
+    );
+    const db = pools[0]!;
+    const stored = await rows(db);
+    const bySeq = new Map(stored.map((r) => [r.seq, r]));
+    for (const r of results) expect(bySeq.get(r.seq)).to.include({ id: r.id, hash: r.hash });
+    stored.forEach((row, i) => expect(row.prev_hash).to.equal(i ? stored[i - 1]!.hash : GENESIS_HASH));
+    expect(await evidenceStore(db).verify()).to.include({ ok: true, entries: 200, head_seq: 200 });
+  });
+
+  it('records a caller-chosen id once: again (even concurrently, from another pool) returns the first entry', async () => {
+    const { db, url, store } = await chainOf(2);
+    const first = await store.append({ ...entry(7), id: 'ev_chosen-1' });
+    expect(await store.append({ ...entry(7), id: 'ev_chosen-1' })).to.deep.equal(first);
+    // Key order does not matter: the canonical payload is what is compared.
+    expect(
+      await store.append({ ...entry(7), id: 'ev_chosen-1', payload: { n: 7, '@type': 'ContractRequestMessage' } }),
+    ).to.deep.equal(first);
+
+    const other = evidenceStore(openAgain(url));
+    const together = await Promise.all([
+      ...Array.from({ length: 5 }, () => store.append({ ...entry(8), id: 'ev_chosen-2' })),
+      ...Array.from({ length: 5 }, () => other.append({ ...entry(8), id: 'ev_chosen-2' })),
+      store.append(entry(9)),
+    ]);
+    expect(new Set(together.slice(0, 10).map((r) => JSON.stringify(r))).size).to.equal(1);
+    const ids = (await rows(db)).map((r) => r.id);
+    expect(ids.filter((id) => id === 'ev_chosen-1')).to.have.length(1);
+    expect(ids.filter((id) => id === 'ev_chosen-2')).to.have.length(1);
+    expect(ids).to.have.length(5);
+
+    const clash = await refused(store.append({ ...entry(99), id: 'ev_chosen-1' }));
+    expect(clash).to.be.instanceOf(EvidenceConflictError);
+    expect(await store.verify()).to.include({ ok: true, entries: 5 });
+  });
+
+  it('reads entries back by id and by process, oldest first', async () => {
+    const { store } = await chainOf(0);
+    const a = await store.append(entry(1, 'neg-a'));
+    await store.append(entry(2, 'neg-b'));
+    const c = await store.append(entry(3, 'neg-a'));
+    expect((await store.forProcess('neg-a')).map((e) => [e.id, e.seq])).to.deep.equal([
+      [a.id, 1],
+      [c.id, 3],
+    ]);
+    expect(await store.get(c.id)).to.deep.equal({
+      ...c,
+      kind: 'dsp.inbound',
+      process_id: 'neg-a',
+      prev_hash: (await store.forProcess('neg-b'))[0]!.hash,
+      payload: { '@type': 'ContractRequestMessage', n: 3 },
+    });
+    expect(await store.get('ev_nope')).to.equal(undefined);
+    expect(await store.forProcess('nope')).to.deep.equal([]);
+  });
+});
+
+describe('evidence chain: the append-only trigger', () => {
+  it('refuses UPDATE, DELETE and TRUNCATE, even of no rows', async () => {
+    const { db } = await chainOf(2);
+    for (const sql of [
+      "UPDATE evidence SET kind = 'x.y' WHERE seq = 1",
+      'UPDATE evidence SET kind = kind WHERE false',
+      'DELETE FROM evidence WHERE seq = 2',
+      'TRUNCATE evidence',
+    ]) {
+      const err = await refused(db.raw(sql));
+      expect(err.message, sql).to.match(/evidence is append-only: (UPDATE|DELETE|TRUNCATE) is not allowed/);
+    }
+    expect(await rows(db)).to.have.length(2);
+  });
+});
+
+describe('evidence chain: verification', () => {
+  it('reports an empty chain as unbroken with no head', async () => {
+    const { store } = await chainOf(0);
+    expect(await store.verify()).to.deep.equal(EMPTY_CHAIN);
+  });
+
+  it('reports N entries, the head and its seq', async () => {
+    const { store } = await chainOf(12);
+    const last = await store.append(entry(13));
+    expect(await store.verify()).to.deep.equal({
+      ok: true,
+      entries: 13,
+      head: last.hash,
+      head_seq: 13,
+      first_broken_seq: null,
+      last_anchor: null,
+    });
+  });
+
+  it('verifies across pages (more than one keyset page of 5,000)', async () => {
+    const { store } = await chainOf(0);
+    await Promise.all(Array.from({ length: 5_050 }, (_, i) => store.append(entry(i))));
+    expect(await store.verify()).to.include({ ok: true, entries: 5_050, head_seq: 5_050 });
+  });
+
+  const cases: Array<{ what: string; statements: string[]; broken: number; entries?: number }> = [
+    {
+      what: 'a payload altered',
+      statements: [
+        `UPDATE evidence SET canonical = convert_to(replace(convert_from(canonical, 'UTF8'), '"n":4', '"n":40'), 'UTF8') WHERE seq = 4`,
+      ],
+      broken: 4,
+    },
+    {
+      what: 'a payload altered and its hash recomputed (the next link breaks)',
+      statements: [
+        `UPDATE evidence SET canonical = convert_to(replace(convert_from(canonical, 'UTF8'), '"n":4', '"n":40'), 'UTF8') WHERE seq = 4`,
+        `UPDATE evidence SET hash = encode(sha256(canonical), 'hex') WHERE seq = 4`,
+      ],
+      broken: 5,
+    },
+    { what: 'a middle entry removed', statements: ['DELETE FROM evidence WHERE seq = 5'], broken: 5, entries: 7 },
+    { what: 'the first entry removed', statements: ['DELETE FROM evidence WHERE seq = 1'], broken: 1, entries: 7 },
+    {
+      what: 'two entries swapped (reordered)',
+      statements: [
+        'UPDATE evidence SET seq = seq + 1000 WHERE seq IN (3, 6)',
+        'UPDATE evidence SET seq = CASE seq WHEN 1003 THEN 6 ELSE 3 END WHERE seq IN (1003, 1006)',
+      ],
+      broken: 3,
+    },
+    {
+      what: 'two entries’ contents swapped',
+      statements: [
+        `UPDATE evidence a SET canonical = b.canonical, hash = b.hash FROM evidence b
+         WHERE (a.seq, b.seq) IN ((3, 6), (6, 3))`,
+      ],
+      broken: 3,
+    },
+    {
+      what: 'a column no longer matching the hashed bytes (kind)',
+      statements: [`UPDATE evidence SET kind = 'operator.decision' WHERE seq = 6`],
+      broken: 6,
+    },
+    {
+      what: 'at moved by one microsecond',
+      statements: [`UPDATE evidence SET at = at + interval '1 microsecond' WHERE seq = 2`],
+      broken: 2,
+    },
+    {
+      what: 'process_id changed',
+      statements: [`UPDATE evidence SET process_id = 'neg-2' WHERE seq = 7`],
+      broken: 7,
+    },
+    {
+      what: 'stored bytes that are not UTF-8',
+      statements: [`UPDATE evidence SET canonical = canonical || '\\xff'::bytea WHERE seq = 3`],
+      broken: 3,
+    },
+    {
+      what: 'a prev_hash column changed',
+      statements: [`UPDATE evidence SET prev_hash = '${'1'.repeat(64)}' WHERE seq = 8`],
+      broken: 8,
+    },
+  ];
+
+  for (const c of cases) {
+    it(`finds ${c.what} at seq ${c.broken}`, async () => {
+      const { db, store } = await chainOf(8);
+      const before = await store.verify();
+      await tamper(db, ...c.statements);
+      const result = await store.verify();
+      expect(result).to.deep.include({ ok: false, first_broken_seq: c.broken, entries: c.entries ?? 8 });
+      if (!c.entries) expect(result.head).to.equal(before.head);
+    });
+  }
+
+  it('finds a forged entry inserted in the middle (self-consistent, but the next one no longer links)', async () => {
+    const { db, store } = await chainOf(8);
+    const stored = await rows(db);
+    const at = new Date().toISOString();
+    const forged = { at, id: 'ev_forged', kind: 'operator.decision', prev_hash: stored[3]!.hash, process_id: null, seq: 5 };
+    const canonical = Buffer.from(envelopeHead(forged) + '{"approved":true}' + envelopeTail(forged));
+    await tamper(
+      db,
+      'UPDATE evidence SET seq = seq + 1000 WHERE seq >= 5',
+      'UPDATE evidence SET seq = seq - 999 WHERE seq >= 1005',
+    );
+    await db('evidence').insert({ ...forged, hash: sha256Hex(canonical), canonical });
+    expect(await store.verify()).to.deep.include({ ok: false, first_broken_seq: 6, entries: 9, head_seq: 9 });
+  });
+
+  it('finds a forged entry appended with a wrong prev_hash', async () => {
+    const { db, store } = await chainOf(3);
+    const forged = { at: new Date().toISOString(), id: 'ev_forged', kind: 'a.b', prev_hash: GENESIS_HASH, process_id: null, seq: 4 };
+    const canonical = Buffer.from(envelopeHead(forged) + '{}' + envelopeTail(forged));
+    await db('evidence').insert({ ...forged, hash: sha256Hex(canonical), canonical });
+    expect(await store.verify()).to.deep.include({ ok: false, first_broken_seq: 4, entries: 4 });
+  });
+
+  it('cannot see a removed tail on its own: that is what anchors are for (last_anchor)', async () => {
+    const { db, store } = await chainOf(4);
+    await tamper(db, 'DELETE FROM evidence WHERE seq = 4');
+    expect(await store.verify()).to.deep.include({ ok: true, entries: 3, head_seq: 3, last_anchor: null });
+  });
+});
+
+describe('evidence chain: the appendEvidence activity', () => {
+  const info = (activityId: string) => ({
+    activityId,
+    workflowExecution: { workflowId: 'negotiation/neg-1', runId: 'run-1' },
+  });
+
+  it('records one entry per activity call, however often Temporal runs it', async () => {
+    const { db } = await chainOf(0);
+    const { appendEvidence } = createEvidenceActivities({ db });
+    const first = await new MockActivityEnvironment(info('3')).run(appendEvidence, entry(1));
+    const retried = await new MockActivityEnvironment({ ...info('3'), attempt: 2 }).run(appendEvidence, entry(1));
+    const nextCall = await new MockActivityEnvironment(info('4')).run(appendEvidence, entry(1));
+    expect(retried).to.deep.equal(first);
+    expect(first.id).to.match(/^ev_[0-9a-f]{32}$/);
+    expect(nextCall.seq).to.equal(2);
+    const chosen = await new MockActivityEnvironment(info('5')).run(appendEvidence, { ...entry(2), id: 'ev_msg-1' });
+    expect(chosen).to.include({ id: 'ev_msg-1', seq: 3 });
+    expect(await new MockActivityEnvironment(info('6')).run(appendEvidence, { ...entry(2), id: 'ev_msg-1' })).to.deep.equal(
+      chosen,
+    );
+    // Outside an activity there is nothing to derive an id from: each call is a new entry.
+    expect((await appendEvidence(entry(1))).seq).to.equal(4);
+    expect(await rows(db)).to.have.length(4);
+  });
+
+  it('fails without retry when the entry itself is wrong', async () => {
+    const { db } = await chainOf(0);
+    const { appendEvidence } = createEvidenceActivities({ db });
+    const err = await refused(
+      new MockActivityEnvironment(info('1')).run(appendEvidence, { kind: 'Not A Kind', process_id: null, payload: {} }),
+    );
+    expect(err).to.be.instanceOf(ApplicationFailure).with.property('nonRetryable', true);
+    expect(err).to.have.property('type', 'EvidenceInputError');
+    await appendEvidence({ ...entry(1), id: 'ev_taken' });
+    const clash = await refused(appendEvidence({ ...entry(2), id: 'ev_taken' }));
+    expect(clash).to.have.property('type', 'EvidenceConflictError');
+    expect(clash).to.have.property('nonRetryable', true);
+  });
+});
+
+describe('evidence chain: GET /api/v1/evidence/chain/verify', () => {
+  let connector: TestConnector;
+  let viewerKey: string;
+  before(async () => {
+    connector = await startTestConnector({ name: 'evidence' });
+    const created = await client(connector.url, connector.adminKey).post('/api/v1/api-keys', {
+      name: 'auditor',
+      role: 'viewer',
+    });
+    viewerKey = created.body.key as string;
+  });
+  after(() => connector?.stop());
+
+  const verify = () => client(connector.url, viewerKey).get('/api/v1/evidence/chain/verify');
+
+  it('answers the chain verification of a fresh connector to a viewer', async () => {
+    const res = await verify();
+    expect(res.status).to.equal(200);
+    expect(res.body).to.deep.equal(EMPTY_CHAIN);
+  });
+
+  it('refuses a call without a key: unauthenticated', async () => {
+    expectError(await client(connector.url).get('/api/v1/evidence/chain/verify'), 401, 'unauthenticated');
+  });
+
+  it('reports the head after appends, and where the chain breaks after tampering', async () => {
+    const store = evidenceStore(connector.db);
+    await store.append(entry(1));
+    await store.append(entry(2));
+    const head = await store.append(entry(3));
+    expect((await verify()).body).to.deep.equal({
+      ok: true,
+      entries: 3,
+      head: head.hash,
+      head_seq: 3,
+      first_broken_seq: null,
+      last_anchor: null,
+    });
+    await tamper(
+      connector.db,
+      `UPDATE evidence SET canonical = convert_to(replace(convert_from(canonical, 'UTF8'), '"n":2', '"n":20'), 'UTF8') WHERE seq = 2`,
+    );
+    const res = await verify();
+    expect(res.status).to.equal(200);
+    expect(res.body).to.deep.equal({ ...EMPTY_CHAIN, ok: false, entries: 3, head: head.hash, head_seq: 3, first_broken_seq: 2 });
+  });
+
+  it('is in the OpenAPI document with its response schema and role', async () => {
+    const doc = (await client(connector.url).get('/api/v1/openapi.json')).body;
+    const get = doc.paths['/api/v1/evidence/chain/verify'].get;
+    expect(get['x-required-role']).to.equal('viewer');
+    expect(JSON.stringify(get.responses)).to.include('first_broken_seq');
+  });
+});
