@@ -183,6 +183,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         approvalTimeoutMs: config.approvalDeadlineMs,
         deliveryRetry: DEFAULT_DELIVERY_RETRY,
       },
+      authority: trust.authority,
     };
     const app = createApp(
       services,

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Client } from '@temporalio/client';
 import type { Db } from '../db/knex.js';
 import type { DeliveryRetry } from '../domain/outbox.js';
+import type { AuthorityClient } from '../auth/authority.js';
 
 /** What route handlers may use: storage, the Temporal client, logging. Built once per process. */
 export interface Services {
@@ -12,6 +13,8 @@ export interface Services {
   version: string;
   /** Who this connector is towards peers, and how its processes behave. */
   connector: ConnectorSettings;
+  /** The data space's member registry (display names of counterparties). */
+  authority?: AuthorityClient;
 }
 
 export interface ConnectorSettings {

@@ -4,7 +4,7 @@
  */
 import { expect } from 'chai';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, type Logger } from '@temporalio/common';
 import canonicalizeModule from 'canonicalize';
 import { createDb, migrateLatest, type Db } from '../db/knex.js';
 import {
@@ -15,7 +15,9 @@ import {
   envelopeTail,
   evidenceStore,
   sha256Hex,
+  type AppendedEvidence,
   type ChainVerification,
+  type NewEvidence,
 } from '../db/evidence.js';
 import { createEvidenceActivities } from '../activities/evidence.js';
 import { createTestDatabase, startTestConnector, type TestConnector } from './support/stack.js';
@@ -97,13 +99,15 @@ const refused = async (promise: Promise<unknown>): Promise<Error> => {
 describe('evidence chain: appending', () => {
   it('chains entries: seq 1, 2, 3…, each prev_hash the hash before, hash = SHA-256 of the stored bytes', async () => {
     const { db, store } = await chainOf(0);
-    const appended = [];
+    const appended: AppendedEvidence[] = [];
     for (let i = 1; i <= 5; i++) appended.push(await store.append(entry(i, i % 2 ? 'neg-1' : null)));
     const stored = await rows(db);
     expect(stored.map((r) => r.seq)).to.deep.equal([1, 2, 3, 4, 5]);
     stored.forEach((row, i) => {
       expect(row.prev_hash).to.equal(i === 0 ? GENESIS_HASH : stored[i - 1]!.hash);
-      expect(row.hash).to.equal(sha256Hex(row.canonical)).and.match(/^[0-9a-f]{64}$/);
+      expect(row.hash)
+        .to.equal(sha256Hex(row.canonical))
+        .and.match(/^[0-9a-f]{64}$/);
       expect(appended[i]).to.deep.equal({
         id: row.id,
         seq: row.seq,
@@ -118,7 +122,7 @@ describe('evidence chain: appending', () => {
   it('stores the RFC 8785 bytes of {at, id, kind, payload, prev_hash, process_id, seq}', async () => {
     const { db, store } = await chainOf(0);
     const processId = 'neg "quoted" \\ back\u0001slash, é and 😀';
-    const payload = { z: 1, a: [true, null, 1.5e-7], 'é': { y: 'x', b: '\u2028' } };
+    const payload = { z: 1, a: [true, null, 1.5e-7], é: { y: 'x', b: '\u2028' } };
     await store.append({ kind: 'negotiation.state', process_id: processId, payload });
     const [row] = await rows(db);
     const text = row!.canonical.toString('utf8');
@@ -154,8 +158,9 @@ describe('evidence chain: appending', () => {
     await store.append({ kind: 'test.vector', process_id: null, payload: sorting });
     const [numbers, sorted] = await rows(db);
     expect(numbers!.canonical.toString('utf8')).to.include(`"payload":${expected},"prev_hash"`);
-    const stored = (await store.get(sorted!.id))!.payload as Record<string, string>;
-    expect(Object.values(stored)).to.deep.equal([
+    // JSON.parse would put "1" first again (integer-like keys): look at the stored text itself.
+    const text = sorted!.canonical.toString('utf8');
+    const order = [
       'Carriage Return',
       'One',
       'Control',
@@ -163,7 +168,9 @@ describe('evidence chain: appending', () => {
       'Euro Sign',
       'Emoji: Grinning Face',
       'Hebrew Letter Dalet With Dagesh',
-    ]);
+    ].map((value) => text.indexOf(`"${value}"`));
+    expect(order.every((at, i) => at > 0 && (i === 0 || at > order[i - 1]!))).to.equal(true, text);
+    expect(text).to.include('{"\\r":"Carriage Return","1":"One","\u0080":"Control"');
   });
 
   it('refuses what is not I-JSON, and bad kinds and ids, without appending anything', async () => {
@@ -208,12 +215,22 @@ describe('evidence chain: appending', () => {
   it('keeps one gap-free, unforked chain under 200 concurrent appends from 8 connection pools', async () => {
     const { url } = await chainOf(0);
     const pools = Array.from({ length: 8 }, () => openAgain(url));
-    const results = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => evidenceStore(pools[i % 8]!).append(entry(i))),
+    // Eight writers (as eight processes would be), each appending 25 times in a row, all at once:
+    // their batches interleave, so they lose races for the next seq and queue on the lock.
+    const perPool = await Promise.all(
+      pools.map(async (pool, p) => {
+        const store = evidenceStore(pool);
+        const mine = [];
+        for (let i = 0; i < 25; i++) mine.push(await store.append(entry(p * 100 + i)));
+        return mine;
+      }),
     );
+    const results = perPool.flat();
     expect(results.map((r) => r.seq).sort((a, b) => a - b)).to.deep.equal(
       Array.from({ length: 200 }, (_, i) => i + 1),
     );
+    for (const mine of perPool)
+      expect(mine.map((r) => r.seq)).to.deep.equal([...mine.map((r) => r.seq)].sort((a, b) => a - b));
     const db = pools[0]!;
     const stored = await rows(db);
     const bySeq = new Map(stored.map((r) => [r.seq, r]));
@@ -222,13 +239,29 @@ describe('evidence chain: appending', () => {
     expect(await evidenceStore(db).verify()).to.include({ ok: true, entries: 200, head_seq: 200 });
   });
 
+  it('takes the lock and the real tail when another process appended after its last entry', async () => {
+    const { url, store } = await chainOf(2); // two appends: the writer now tries one statement first
+    const other = evidenceStore(openAgain(url));
+    await other.append(entry(3));
+    const next = await store.append(entry(4)); // its one statement names seq 3: taken, so under the lock
+    expect(next.seq).to.equal(4);
+    await other.append(entry(5));
+    await store.append(entry(6));
+    await store.append(entry(7));
+    expect(await store.verify()).to.include({ ok: true, entries: 7, head_seq: 7 });
+  });
+
   it('records a caller-chosen id once: again (even concurrently, from another pool) returns the first entry', async () => {
     const { db, url, store } = await chainOf(2);
     const first = await store.append({ ...entry(7), id: 'ev_chosen-1' });
     expect(await store.append({ ...entry(7), id: 'ev_chosen-1' })).to.deep.equal(first);
     // Key order does not matter: the canonical payload is what is compared.
     expect(
-      await store.append({ ...entry(7), id: 'ev_chosen-1', payload: { n: 7, '@type': 'ContractRequestMessage' } }),
+      await store.append({
+        ...entry(7),
+        id: 'ev_chosen-1',
+        payload: { n: 7, '@type': 'ContractRequestMessage' },
+      }),
     ).to.deep.equal(first);
 
     const other = evidenceStore(openAgain(url));
@@ -326,8 +359,18 @@ describe('evidence chain: verification', () => {
       ],
       broken: 5,
     },
-    { what: 'a middle entry removed', statements: ['DELETE FROM evidence WHERE seq = 5'], broken: 5, entries: 7 },
-    { what: 'the first entry removed', statements: ['DELETE FROM evidence WHERE seq = 1'], broken: 1, entries: 7 },
+    {
+      what: 'a middle entry removed',
+      statements: ['DELETE FROM evidence WHERE seq = 5'],
+      broken: 5,
+      entries: 7,
+    },
+    {
+      what: 'the first entry removed',
+      statements: ['DELETE FROM evidence WHERE seq = 1'],
+      broken: 1,
+      entries: 7,
+    },
     {
       what: 'two entries swapped (reordered)',
       statements: [
@@ -386,7 +429,14 @@ describe('evidence chain: verification', () => {
     const { db, store } = await chainOf(8);
     const stored = await rows(db);
     const at = new Date().toISOString();
-    const forged = { at, id: 'ev_forged', kind: 'operator.decision', prev_hash: stored[3]!.hash, process_id: null, seq: 5 };
+    const forged = {
+      at,
+      id: 'ev_forged',
+      kind: 'operator.decision',
+      prev_hash: stored[3]!.hash,
+      process_id: null,
+      seq: 5,
+    };
     const canonical = Buffer.from(envelopeHead(forged) + '{"approved":true}' + envelopeTail(forged));
     await tamper(
       db,
@@ -399,7 +449,14 @@ describe('evidence chain: verification', () => {
 
   it('finds a forged entry appended with a wrong prev_hash', async () => {
     const { db, store } = await chainOf(3);
-    const forged = { at: new Date().toISOString(), id: 'ev_forged', kind: 'a.b', prev_hash: GENESIS_HASH, process_id: null, seq: 4 };
+    const forged = {
+      at: new Date().toISOString(),
+      id: 'ev_forged',
+      kind: 'a.b',
+      prev_hash: GENESIS_HASH,
+      process_id: null,
+      seq: 4,
+    };
     const canonical = Buffer.from(envelopeHead(forged) + '{}' + envelopeTail(forged));
     await db('evidence').insert({ ...forged, hash: sha256Hex(canonical), canonical });
     expect(await store.verify()).to.deep.include({ ok: false, first_broken_seq: 4, entries: 4 });
@@ -413,40 +470,46 @@ describe('evidence chain: verification', () => {
 });
 
 describe('evidence chain: the appendEvidence activity', () => {
-  const info = (activityId: string) => ({
-    activityId,
-    workflowExecution: { workflowId: 'negotiation/neg-1', runId: 'run-1' },
-  });
+  const quiet: Logger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
+  /** Runs the activity as Temporal would: attempt `attempt` of activity `activityId` of one workflow run. */
+  function inActivity(db: Db, activityId: string, attempt = 1) {
+    const activities = createEvidenceActivities({ db });
+    const environment = new MockActivityEnvironment(
+      { activityId, attempt, workflowExecution: { workflowId: 'negotiation/neg-1', runId: 'run-1' } },
+      { logger: quiet },
+    );
+    return (e: NewEvidence) =>
+      environment.run<[NewEvidence], AppendedEvidence, (x: NewEvidence) => Promise<AppendedEvidence>>(
+        (x) => activities.appendEvidence(x),
+        e,
+      );
+  }
 
   it('records one entry per activity call, however often Temporal runs it', async () => {
     const { db } = await chainOf(0);
-    const { appendEvidence } = createEvidenceActivities({ db });
-    const first = await new MockActivityEnvironment(info('3')).run(appendEvidence, entry(1));
-    const retried = await new MockActivityEnvironment({ ...info('3'), attempt: 2 }).run(appendEvidence, entry(1));
-    const nextCall = await new MockActivityEnvironment(info('4')).run(appendEvidence, entry(1));
+    const first = await inActivity(db, '3')(entry(1));
+    const retried = await inActivity(db, '3', 2)(entry(1));
+    const nextCall = await inActivity(db, '4')(entry(1));
     expect(retried).to.deep.equal(first);
     expect(first.id).to.match(/^ev_[0-9a-f]{32}$/);
     expect(nextCall.seq).to.equal(2);
-    const chosen = await new MockActivityEnvironment(info('5')).run(appendEvidence, { ...entry(2), id: 'ev_msg-1' });
+    const chosen = await inActivity(db, '5')({ ...entry(2), id: 'ev_msg-1' });
     expect(chosen).to.include({ id: 'ev_msg-1', seq: 3 });
-    expect(await new MockActivityEnvironment(info('6')).run(appendEvidence, { ...entry(2), id: 'ev_msg-1' })).to.deep.equal(
-      chosen,
-    );
+    expect(await inActivity(db, '6')({ ...entry(2), id: 'ev_msg-1' })).to.deep.equal(chosen);
     // Outside an activity there is nothing to derive an id from: each call is a new entry.
-    expect((await appendEvidence(entry(1))).seq).to.equal(4);
+    expect((await createEvidenceActivities({ db }).appendEvidence(entry(1))).seq).to.equal(4);
     expect(await rows(db)).to.have.length(4);
   });
 
   it('fails without retry when the entry itself is wrong', async () => {
     const { db } = await chainOf(0);
-    const { appendEvidence } = createEvidenceActivities({ db });
-    const err = await refused(
-      new MockActivityEnvironment(info('1')).run(appendEvidence, { kind: 'Not A Kind', process_id: null, payload: {} }),
-    );
+    const append = inActivity(db, '1');
+    const err = await refused(append({ kind: 'Not A Kind', process_id: null, payload: {} }));
     expect(err).to.be.instanceOf(ApplicationFailure).with.property('nonRetryable', true);
     expect(err).to.have.property('type', 'EvidenceInputError');
-    await appendEvidence({ ...entry(1), id: 'ev_taken' });
-    const clash = await refused(appendEvidence({ ...entry(2), id: 'ev_taken' }));
+    await append({ ...entry(1), id: 'ev_taken' });
+    const clash = await refused(append({ ...entry(2), id: 'ev_taken' }));
     expect(clash).to.have.property('type', 'EvidenceConflictError');
     expect(clash).to.have.property('nonRetryable', true);
   });
@@ -496,7 +559,14 @@ describe('evidence chain: GET /api/v1/evidence/chain/verify', () => {
     );
     const res = await verify();
     expect(res.status).to.equal(200);
-    expect(res.body).to.deep.equal({ ...EMPTY_CHAIN, ok: false, entries: 3, head: head.hash, head_seq: 3, first_broken_seq: 2 });
+    expect(res.body).to.deep.equal({
+      ...EMPTY_CHAIN,
+      ok: false,
+      entries: 3,
+      head: head.hash,
+      head_seq: 3,
+      first_broken_seq: 2,
+    });
   });
 
   it('is in the OpenAPI document with its response schema and role', async () => {

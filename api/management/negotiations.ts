@@ -136,7 +136,17 @@ async function conflictsFor(db: Db, record: NegotiationRecord, objects: string[]
     );
 }
 
-export async function presentNegotiation(db: Db, record: NegotiationRecord, single: boolean) {
+/** The counterparty's name in the authority's registry (cached there); null when unknown or unreachable. */
+async function counterpartyName(services: Services, did: string): Promise<string | null> {
+  try {
+    return (await services.authority?.member(did))?.name ?? null;
+  } catch {
+    return null;
+  }
+}
+
+export async function presentNegotiation(services: Services, record: NegotiationRecord, single: boolean) {
+  const { db } = services;
   const [history, outbox] = single
     ? await Promise.all([negotiationStore(db).history(record.id), outboxStore(db).undelivered(record.id)])
     : [[], await outboxStore(db).undelivered(record.id)];
@@ -152,7 +162,7 @@ export async function presentNegotiation(db: Db, record: NegotiationRecord, sing
   const { workflow_id: _w, version: _v, seq: _s, ...fields } = record as NegotiationRecord & { seq?: number };
   return {
     ...fields,
-    counterparty_name: null,
+    counterparty_name: await counterpartyName(services, record.counterparty_did),
     odrl: record.offer,
     history,
     outbox,
@@ -207,7 +217,7 @@ export function negotiationRoutes(services: Services) {
       if (mapped) throw mapped;
       throw err;
     }
-    return presentNegotiation(db, (await negotiationStore(db).get(id))!, true);
+    return presentNegotiation(services, (await negotiationStore(db).get(id))!, true);
   }
 
   return [
@@ -257,7 +267,7 @@ export function negotiationRoutes(services: Services) {
             workflowIdConflictPolicy: 'FAIL',
           }),
         });
-        return presentNegotiation(db, (await negotiationStore(db).get(consumerPid))!, true);
+        return presentNegotiation(services, (await negotiationStore(db).get(consumerPid))!, true);
       },
     }),
     route<never, { cursor?: string; limit: number; role?: Party; state?: NegotiationState }>({
@@ -277,7 +287,7 @@ export function negotiationRoutes(services: Services) {
           toPageRequest(query),
         );
         const items = [];
-        for (const r of page.items) items.push(await presentNegotiation(db, r, false));
+        for (const r of page.items) items.push(await presentNegotiation(services, r, false));
         return { items, next_cursor: page.next_cursor };
       },
     }),
@@ -292,7 +302,7 @@ export function negotiationRoutes(services: Services) {
       async handler({ params }) {
         const record = await negotiationStore(db).get(params.id);
         if (!record) throw notFound('negotiation', params.id);
-        return presentNegotiation(db, record, true);
+        return presentNegotiation(services, record, true);
       },
     }),
     route<{ id: string }>({

@@ -113,6 +113,9 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       agreement_id: done.agreement_id,
       dataset_id: datasetId,
     });
+    // Names come from the authority's registry.
+    expect(p.counterparty_name).to.equal('consumer');
+    expect(done.counterparty_name).to.equal('provider');
     expect(p.objects).to.deep.equal(['0363.10.0000000101']);
     expect(p.conflicts).to.deep.equal([]);
 
