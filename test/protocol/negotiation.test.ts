@@ -5,6 +5,7 @@
 import { expect } from 'chai';
 import { randomUUID } from 'node:crypto';
 import { client } from '../support/http.js';
+import { startTestConnector } from '../support/stack.js';
 import { expectError } from '../support/expect-error.js';
 import {
   publishOffer,
@@ -361,5 +362,83 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     const missing = await client(provider.dsp).get('/catalog/datasets/nope', await asConsumer());
     expect(missing.status).to.equal(404);
     expect(missing.body['@type']).to.equal('CatalogError');
+  });
+
+  it('completes a negotiation across a restart of the provider (worker and API gone meanwhile)', async () => {
+    const started = await start('manual-offer', 'product-manual-offer');
+    const theirs = await providerSide(started.body.consumer_pid);
+    await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
+    const port = new URL(provider.connector.url).port;
+    await provider.connector.stop();
+    // The same connector comes back on its database, task queue and address.
+    const again = await startTestConnector({
+      name: 'provider',
+      restartOf: provider.connector,
+      env: {
+        PORT: port,
+        PUBLIC_URL: `http://127.0.0.1:${port}`,
+        DID_WEB_ALLOW_HTTP: 'true',
+        AUTHORITY_URL: authority.url,
+        APPROVAL_DEADLINE: 'PT2S',
+      },
+    });
+    provider = { ...provider, connector: again, api: client(again.url, again.adminKey) };
+    expect(again.identity.did).to.equal(provider.did);
+    // The request is still waiting (its deadline may have passed while the worker was away: then it expired).
+    const after = await waitFor(
+      provider.api,
+      theirs.id,
+      (n) => n.approval === 'pending' || n.approval === 'expired',
+    );
+    if (after.approval === 'pending') {
+      expect(
+        (await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`)).status,
+      ).to.equal(200);
+      await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
+    } else {
+      await waitFor(consumer.api, started.body.id, (n) => n.state === 'TERMINATED');
+    }
+  });
+
+  it('delivers to a consumer that was down and came back: attempts visible, nothing lost', async () => {
+    const { offerId, datasetId } = await publishOffer(provider, backend, 'manual', 'late-offer');
+    const started = await start(offerId, datasetId);
+    const theirs = await providerSide(started.body.consumer_pid);
+    await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
+    const port = new URL(consumer.connector.url).port;
+    await consumer.connector.stop();
+    expect(
+      (await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/approve`)).status,
+    ).to.equal(200);
+    // The agreement cannot be delivered now: the provider shows the message with its attempts.
+    const waiting = await waitFor(provider.api, theirs.id, (n) =>
+      n.outbox.some((o: { attempts: number }) => o.attempts >= 1),
+    );
+    const row = waiting.outbox.find(
+      (o: { message_type: string }) => o.message_type === 'ContractAgreementMessage',
+    );
+    expect(row).to.include({ status: 'pending', counterparty_did: consumer.did });
+    expect(row.last_error).to.be.a('string');
+    const again = await startTestConnector({
+      name: 'consumer',
+      restartOf: consumer.connector,
+      env: {
+        PORT: port,
+        PUBLIC_URL: `http://127.0.0.1:${port}`,
+        DID_WEB_ALLOW_HTTP: 'true',
+        AUTHORITY_URL: authority.url,
+      },
+    });
+    consumer = { ...consumer, connector: again, api: client(again.url, again.adminKey) };
+    await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED', 30_000);
+    // FINALIZED is recorded as the event is sent; its delivery empties the outbox a moment later.
+    const done = await waitFor(
+      provider.api,
+      theirs.id,
+      (n) => n.state === 'FINALIZED' && n.outbox.length === 0,
+    );
+    expect(
+      done.history.filter((h: { message_type: string }) => h.message_type === 'ContractAgreementMessage'),
+    ).to.have.length(1);
   });
 });

@@ -43,12 +43,17 @@ export interface TestConnector extends RunningConnector {
 }
 
 export async function startTestConnector(
-  options: { name?: string; env?: Record<string, string> } = {},
+  options: {
+    name?: string;
+    env?: Record<string, string>;
+    /** Start again on the state of an earlier connector (same database, task queue and admin key). */
+    restartOf?: TestConnector;
+  } = {},
 ): Promise<TestConnector> {
   const { temporal, workflowBundle } = requireStack();
   const name = options.name ?? 'connector';
-  const databaseUrl = await createTestDatabase(name);
-  const taskQueue = uniqueName(`tq_${name}`);
+  const databaseUrl = options.restartOf?.databaseUrl ?? (await createTestDatabase(name));
+  const taskQueue = options.restartOf?.taskQueue ?? uniqueName(`tq_${name}`);
   const config = loadConfig({
     PORT: '0',
     TEMPORAL_TASK_QUEUE: taskQueue,
@@ -63,6 +68,7 @@ export async function startTestConnector(
     workflowBundle,
     logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
   });
-  if (!connector.initialAdminKey) throw new Error('a fresh test database must yield an initial admin key');
-  return { ...connector, adminKey: connector.initialAdminKey, taskQueue, databaseUrl };
+  const adminKey = options.restartOf?.adminKey ?? connector.initialAdminKey;
+  if (!adminKey) throw new Error('a fresh test database must yield an initial admin key');
+  return { ...connector, adminKey, taskQueue, databaseUrl };
 }
