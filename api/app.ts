@@ -21,6 +21,7 @@ import { requireConnector, type Peer } from './middleware/connector-auth.js';
 import type { ConnectorTrust } from '../auth/identity.js';
 import type { PolicyContext } from '../domain/policy-evaluation.js';
 import { negotiationRoutes } from './management/negotiations.js';
+import { outboxRoutes } from './management/outbox.js';
 
 /** What the policies of an offer are evaluated against for an authenticated peer. */
 function peerPolicyContext(ctx: Koa.Context): Promise<PolicyContext> {
@@ -121,6 +122,7 @@ export function managementRouter(services: Services): { router: Router; registry
     ...apiKeyRoutes(services),
     ...evidenceRoutes(services),
     ...negotiationRoutes(services),
+    ...outboxRoutes(services),
   ]);
   const document = buildOpenApi([registry], { version: services.version });
   router.get('/openapi.json', function openApiDocument(ctx) {

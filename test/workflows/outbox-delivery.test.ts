@@ -2,6 +2,8 @@ import { expect } from 'chai';
 import http from 'node:http';
 import { startTestConnector, uniqueName, type TestConnector } from '../support/stack.js';
 import { recordHistory } from '../support/histories.js';
+import { client } from '../support/http.js';
+import { expectError } from '../support/expect-error.js';
 import { outboxStore } from '../../db/outbox.js';
 import { freePort } from '../../dev/processes.js';
 import type { OutboxDeliveryResult } from '../../workflows/outbox-delivery.js';
@@ -141,6 +143,32 @@ describe('workflow: outbox delivery (worker on the Temporal dev server)', () => 
       expect(await running).to.deep.equal({ delivered: true, status: 200 });
       expect(p.received).to.have.length(1);
       expect((await outboxStore(connector.db).get(row.id))!.status).to.equal('delivered');
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('lets an operator resend a dropped message, which is then delivered (resent_at set)', async () => {
+    const port = await freePort();
+    const row = await enqueue(`http://127.0.0.1:${port}/dsp/x`);
+    const dropped = await deliver(row.id, { initialIntervalMs: 20, maxIntervalMs: 40, maxAttempts: 2 });
+    expect(dropped.delivered).to.equal(false);
+    const api = client(connector.url, connector.adminKey);
+    expect((await api.get(`/api/v1/outbox/${row.id}`)).body).to.include({ status: 'dropped', attempts: 2 });
+    const p = await peer([], port);
+    try {
+      const resent = await api.post(`/api/v1/outbox/${row.id}/resend`);
+      expect(resent.status, JSON.stringify(resent.body)).to.equal(202);
+      expect(resent.body).to.include({ status: 'pending' });
+      expect(resent.body.resent_at).to.be.a('string');
+      for (let i = 0; i < 200 && (await outboxStore(connector.db).get(row.id))!.status !== 'delivered'; i++) {
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      expect((await outboxStore(connector.db).get(row.id))!.status).to.equal('delivered');
+      expect(p.received).to.have.length(1);
+      expectError(await api.post(`/api/v1/outbox/${row.id}/resend`), 409, 'conflict', 'delivered');
+      expectError(await api.post('/api/v1/outbox/999999/resend'), 404, 'not_found');
+      expectError(await api.post('/api/v1/outbox/abc/resend'), 400, 'invalid_request', 'id');
     } finally {
       await p.close();
     }
