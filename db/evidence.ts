@@ -187,10 +187,16 @@ function assertIJson(value: unknown, path: string, depth = 0): void {
     return;
   }
   if (Array.isArray(value)) {
-    value.forEach((item, i) => assertIJson(item, `${path}[${i}]`, depth + 1));
+    for (let i = 0; i < value.length; i++) {
+      // canonicalize() would skip a hole where JSON.stringify writes null
+      if (!(i in value)) throw new EvidenceInputError(`${path}[${i}]: a hole in an array is not JSON`);
+      assertIJson(value[i], `${path}[${i}]`, depth + 1);
+    }
     return;
   }
   if (typeof value === 'object' && isPlainObject(value)) {
+    if (Object.getOwnPropertySymbols(value).length)
+      throw new EvidenceInputError(`${path}: a symbol key is not JSON`);
     for (const [key, item] of Object.entries(value)) {
       if (LONE_SURROGATE.test(key)) throw new EvidenceInputError(`${path}: a key contains a lone surrogate`);
       assertIJson(item, `${path}.${key}`, depth + 1);

@@ -68,6 +68,12 @@ export function outboxStore(db: Db) {
         .returning('*')) as Row[];
       return toOutboxRow(row!);
     },
+    /** Inserts once per evidence id: a retried activity finds the row it wrote before. */
+    async insertOnce(m: NewOutboxMessage & { evidence_id: string }): Promise<OutboxRow> {
+      const existing = (await db('outbox').where({ evidence_id: m.evidence_id }).first()) as Row | undefined;
+      if (existing) return toOutboxRow(existing);
+      return this.insert(m);
+    },
     async get(id: number): Promise<(OutboxRow & { body: unknown }) | undefined> {
       const row = (await db('outbox').where({ id }).first()) as Row | undefined;
       return row ? { ...toOutboxRow(row), body: row.body } : undefined;

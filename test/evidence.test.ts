@@ -185,6 +185,9 @@ describe('evidence chain: appending', () => {
       [{ f: () => 1 }, /a function is not JSON/],
       [{ n: 10n }, /a bigint is not JSON/],
       [undefined, /^payload: undefined is not JSON/],
+      // eslint-disable-next-line no-sparse-arrays -- the hole is the point
+      [{ a: [1, , 3] }, /payload\.a\[1\]: a hole/],
+      [{ [Symbol('s')]: 1 }, /symbol key/],
     ];
     for (const [payload, message] of bad) {
       const err = await refused(store.append({ kind: 'dsp.inbound', process_id: null, payload }));

@@ -15,7 +15,6 @@ import {
 } from '@temporalio/workflow';
 import { defineSearchAttributeKey } from '@temporalio/common';
 import type { NegotiationActivities } from '../activities/negotiation.js';
-import type { OutboxActivities } from '../activities/outbox.js';
 import {
   isTerminal,
   nextNegotiationState,
@@ -46,11 +45,7 @@ import {
   type OperatorDecision,
 } from './negotiation-messages.js';
 
-const { recordNegotiation, storeAgreement } = proxyActivities<NegotiationActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
-});
-const { enqueueOutboxMessage } = proxyActivities<OutboxActivities>({
+const { recordNegotiation, storeAgreement, enqueueProtocolMessage } = proxyActivities<NegotiationActivities>({
   startToCloseTimeout: '10 seconds',
   retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
 });
@@ -106,27 +101,30 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     };
   }
 
-  async function record(entry: Omit<HistoryEntry, 'at' | 'state'>) {
+  async function record(entry: Omit<HistoryEntry, 'at' | 'state'>, kind?: 'operator.decision') {
     upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
-    await recordNegotiation(snapshot(), { at: now(), state, ...entry });
+    await recordNegotiation(snapshot(), { at: now(), state, ...entry }, kind);
     recorded++;
   }
 
-  /** Writes the message to the outbox and delivers it (bounded retries). */
-  async function send(messageType: string, path: string, body: Record<string, unknown>) {
-    const outboxId = await enqueueOutboxMessage({
+  /** Records our message as evidence and writes it to the outbox; delivery follows (bounded retries). */
+  async function enqueue(messageType: string, path: string, body: Record<string, unknown>) {
+    return enqueueProtocolMessage({
       process_id: input.id,
       kind: 'negotiation',
       message_type: messageType,
       counterparty_did: input.counterpartyDid,
       url: dspUrl(input.counterpartyAddress, path),
       body,
-      evidence_id: null,
+      evidence_id: `ev_${uuid4()}`,
     });
-    return deliverFromOutbox(outboxId, input.retry);
   }
 
-  /** Sends our message after moving to `to`; an undeliverable message ends the negotiation. */
+  /**
+   * Moves to `to` and sends our message: state and message are recorded first, so the peer's
+   * answer is accepted even if it arrives before our delivery returns. An undeliverable message
+   * ends the negotiation.
+   */
   async function transitionAndSend(
     to: NegotiationState,
     messageType: string,
@@ -134,8 +132,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     body: Record<string, unknown>,
   ) {
     state = to;
-    await record({ message_type: messageType, direction: 'outbound', evidence_id: null, note: null });
-    const result = await send(messageType, path, body);
+    const { outboxId, evidenceId } = await enqueue(messageType, path, body);
+    await record({ message_type: messageType, direction: 'outbound', evidence_id: evidenceId, note: null });
+    const result = await deliverFromOutbox(outboxId, input.retry);
     if (!result.delivered && !isTerminal(state)) {
       state = 'TERMINATED';
       error = result.error;
@@ -207,12 +206,15 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       const awaiting = approval === 'pending';
       if (d.action === 'approve') {
         approval = 'approved';
-        await record({
-          message_type: null,
-          direction: 'internal',
-          evidence_id: null,
-          note: `approved by ${d.by}`,
-        });
+        await record(
+          {
+            message_type: null,
+            direction: 'internal',
+            evidence_id: null,
+            note: `approved by ${d.by}`,
+          },
+          'operator.decision',
+        );
         return ack();
       }
       // Reject, or terminate (which, for a request awaiting approval, is a rejection).
@@ -221,12 +223,15 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       ourTermination = { code: awaiting ? 'rejected' : 'terminated', reason: [reason] };
       error = reason;
       state = 'TERMINATED';
-      await record({
-        message_type: null,
-        direction: 'internal',
-        evidence_id: null,
-        note: `${d.action} by ${d.by}: ${reason}`,
-      });
+      await record(
+        {
+          message_type: null,
+          direction: 'internal',
+          evidence_id: null,
+          note: `${d.action} by ${d.by}: ${reason}`,
+        },
+        'operator.decision',
+      );
       return ack();
     },
     {
@@ -380,7 +385,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   if (ourTermination) {
     // Best effort: the counterparty learns why; an undeliverable termination changes nothing here.
     const t: { code: string; reason: string[] } = ourTermination;
-    const sent = await send(
+    const { outboxId, evidenceId } = await enqueue(
       'ContractNegotiationTerminationMessage',
       peerPath('termination'),
       negotiationTerminationMessage({
@@ -391,13 +396,15 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         reason: t.reason,
       }),
     );
+    const sent = await deliverFromOutbox(outboxId, input.retry);
     await record({
       message_type: 'ContractNegotiationTerminationMessage',
       direction: 'outbound',
-      evidence_id: null,
+      evidence_id: evidenceId,
       note: sent.delivered ? null : sent.error,
     });
   }
+
   // Let Update handlers that moved us here finish (their callers are waiting for the answer).
   await condition(allHandlersFinished);
   return ack();

@@ -20,6 +20,7 @@ import {
 import { ApplicationFailure } from '@temporalio/common';
 import type { Services } from '../services.js';
 import { negotiationStore } from '../../db/negotiations.js';
+import { evidenceStore } from '../../db/evidence.js';
 import { offerStore } from '../../db/offers.js';
 import { policyStore } from '../../db/policies.js';
 import { productStore } from '../../db/products.js';
@@ -68,6 +69,21 @@ function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unkn
   return value as Record<string, unknown>;
 }
 
+/** Every inbound message is evidence before it is acted on; its entry id travels with it. */
+async function recordInbound(
+  services: Services,
+  ctx: Koa.Context,
+  processId: string,
+  body: Record<string, unknown>,
+) {
+  const entry = await evidenceStore(services.db).append({
+    kind: 'dsp.inbound',
+    process_id: processId,
+    payload: { from: peerOf(ctx).did, method: ctx.method, path: ctx.path, message: body },
+  });
+  return entry.id;
+}
+
 /** The same initial request (same consumer, same consumerPid) always finds the same workflow and providerPid. */
 function providerIdentity(consumerDid: string, consumerPid: string) {
   const digest = createHash('sha256').update(`${consumerDid}\n${consumerPid}`).digest('hex');
@@ -107,14 +123,13 @@ export function dspNegotiationRoutes(router: Router, services: Services): void {
     if (ours !== id)
       throw new DspError(400, 'pid_mismatch', ['the message names another process than its address'], body);
     const kind = negotiationMessageKind(body) as NegotiationMessage;
+    const evidenceId = await recordInbound(services, ctx, record.id, body);
     let ack: NegotiationAck;
     try {
       ack = await temporal()
         .workflow.getHandle(record.workflow_id)
         .executeUpdate(dspMessageUpdate, {
-          args: [
-            { kind, body, messageId: typeof body['@id'] === 'string' ? body['@id'] : null, evidenceId: null },
-          ],
+          args: [{ kind, body, messageId: typeof body['@id'] === 'string' ? body['@id'] : null, evidenceId }],
         });
     } catch (err) {
       // The workflow has ended: the same final message again gets the same answer; anything else is illegal.
@@ -189,13 +204,14 @@ export function dspNegotiationRoutes(router: Router, services: Services): void {
       approvalTimeoutMs: services.connector.approvalTimeoutMs,
       retry: services.connector.deliveryRetry,
     };
+    const evidenceId = await recordInbound(services, ctx, providerPid, body);
     const ack = await temporal().workflow.executeUpdateWithStart(dspMessageUpdate, {
       args: [
         {
           kind: 'ContractRequestMessage',
           body,
           messageId: typeof body['@id'] === 'string' ? body['@id'] : null,
-          evidenceId: null,
+          evidenceId,
         },
       ],
       startWorkflowOperation: new WithStartWorkflowOperation('negotiation', {

@@ -441,4 +441,27 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       done.history.filter((h: { message_type: string }) => h.message_type === 'ContractAgreementMessage'),
     ).to.have.length(1);
   });
+
+  it('records every message, decision and state change as evidence; both chains verify', async () => {
+    for (const side of [provider, consumer]) {
+      const list = (await side.api.get('/api/v1/negotiations?limit=200')).body.items as Array<{ id: string }>;
+      const one = (await side.api.get(`/api/v1/negotiations/${encodeURIComponent(list[0]!.id)}`)).body;
+      expect(one.history.length).to.be.at.least(1);
+      for (const h of one.history) expect(h.evidence_id, JSON.stringify(h)).to.match(/^ev_/);
+      const kinds = (await side.connector.db('evidence').distinct('kind')).map(
+        (r: { kind: string }) => r.kind,
+      );
+      expect(kinds).to.include.members(['dsp.inbound', 'dsp.outbound', 'negotiation.state']);
+      const verified = await side.api.get('/api/v1/evidence/chain/verify');
+      expect(verified.status).to.equal(200);
+      expect(verified.body).to.include({ ok: true, first_broken_seq: null });
+      expect(verified.body.entries).to.be.greaterThan(10);
+    }
+    const decisions = await provider.connector
+      .db('evidence')
+      .where({ kind: 'operator.decision' })
+      .count('* as n')
+      .first();
+    expect(Number(decisions!.n)).to.be.at.least(2);
+  });
 });
