@@ -51,6 +51,9 @@ const { recordNegotiation, storeAgreement, enqueueProtocolMessage } = proxyActiv
 });
 
 export const STATE_KEY = defineSearchAttributeKey('ConnectorState', 'KEYWORD');
+const PROCESS_KEY = defineSearchAttributeKey('ConnectorProcess', 'KEYWORD');
+const ROLE_KEY = defineSearchAttributeKey('ConnectorRole', 'KEYWORD');
+const COUNTERPARTY_KEY = defineSearchAttributeKey('Counterparty', 'KEYWORD');
 
 export async function negotiation(input: NegotiationInput): Promise<NegotiationAck> {
   const { role } = input;
@@ -148,6 +151,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       ? `negotiations/${input.consumerPid}/${suffix}`
       : `negotiations/${providerPid ?? ''}/${suffix}`;
 
+  // So that the Temporal UI can list and filter negotiations (registered at dev-server start).
+  upsertSearchAttributes([
+    { key: PROCESS_KEY, value: 'negotiation' },
+    { key: ROLE_KEY, value: role },
+    { key: COUNTERPARTY_KEY, value: input.counterpartyDid },
+  ]);
   setHandler(ackQuery, ack);
   setHandler(startedUpdate, async () => {
     await condition(() => recorded >= 1);

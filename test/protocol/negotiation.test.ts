@@ -137,6 +137,14 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       });
     }
     await recordBoth(started.body.id, theirs.id, 'automatic');
+    // The workflows carry search attributes for the Temporal UI.
+    const row = await provider.connector.db('negotiations').where({ id: theirs.id }).first('workflow_id');
+    const desc = await provider.connector.temporal.workflow.getHandle(row.workflow_id).describe();
+    const attrs = desc.searchAttributes as Record<string, unknown[]>;
+    expect(attrs.ConnectorProcess).to.deep.equal(['negotiation']);
+    expect(attrs.ConnectorRole).to.deep.equal(['provider']);
+    expect(attrs.ConnectorState).to.deep.equal(['FINALIZED']);
+    expect(attrs.Counterparty).to.deep.equal([consumer.did]);
   });
 
   it('waits for an operator with manual approval; approve finalizes it', async () => {
