@@ -45,6 +45,20 @@ export const contractRequestMessage = (m: {
   offer: m.offer,
 });
 
+export const contractOfferMessage = (m: {
+  id: string;
+  providerPid: string;
+  consumerPid: string;
+  offer: OdrlOffer;
+}) => ({
+  '@context': DSP_CONTEXT,
+  '@id': m.id,
+  '@type': 'ContractOfferMessage',
+  providerPid: m.providerPid,
+  consumerPid: m.consumerPid,
+  offer: m.offer,
+});
+
 export const contractAgreementMessage = (m: {
   id: string;
   providerPid: string;

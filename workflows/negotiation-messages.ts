@@ -43,9 +43,14 @@ export interface NegotiationAck {
 }
 
 export interface OperatorDecision {
-  action: 'approve' | 'reject' | 'terminate';
+  /**
+   * Provider: approve, reject, or counter_offer (with `offer`) a request awaiting approval.
+   * Consumer: accept a counter-offer. Either: terminate.
+   */
+  action: 'approve' | 'reject' | 'terminate' | 'counter_offer' | 'accept';
   by: string;
   reason: string | null;
+  offer?: OdrlOffer;
 }
 
 /** Failure types the API maps to answers: illegal transition (DSP 400 / management 409). */

@@ -24,6 +24,7 @@ import {
 import {
   agreementVerificationMessage,
   contractAgreementMessage,
+  contractOfferMessage,
   contractRequestMessage,
   dspUrl,
   negotiationEventMessage,
@@ -72,6 +73,10 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   let decidedBy: string | null = null;
   let decidedAt: string | null = null;
   let decision: OperatorDecision | null = null;
+  /** The offer in force: the request's, or the last counter-offer. */
+  let currentOffer = input.offer;
+  /** A message an operator's decision asked us to send (counter-offer, acceptance). */
+  let operatorSend: { type: string; path: string; body: Record<string, unknown> } | null = null;
   /** Our termination to send once the loop ends (operator, rejection, expiry). */
   let ourTermination: { code: string; reason: string[] } | null = null;
   const received = new Map<string, NegotiationAck>();
@@ -92,7 +97,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       offer_id: input.offerId,
       agreement_id: agreement ? String(agreement['@id']) : null,
       purpose: input.purpose,
-      offer: input.offer,
+      offer: currentOffer,
       connection_alias: input.connectionAlias,
       error,
       approval,
@@ -172,7 +177,16 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         agreement = (message.body.agreement as Record<string, unknown>) ?? null;
         providerPid ??= String(message.body.providerPid);
       }
-      if (message.kind === 'ContractOfferMessage') providerPid ??= String(message.body.providerPid);
+      if (message.kind === 'ContractOfferMessage') {
+        providerPid ??= String(message.body.providerPid);
+        currentOffer = message.body.offer as typeof currentOffer;
+      }
+      if (message.kind === 'ContractRequestMessage' && role === 'provider' && state !== 'INITIAL') {
+        // A counter-request: the consumer's offer, to be decided as a new request.
+        currentOffer = message.body.offer as typeof currentOffer;
+        approval = null;
+        decision = null;
+      }
       if (message.kind === 'ContractNegotiationTerminationMessage') {
         const reasons = (message.body.reason as string[] | undefined) ?? [];
         error =
@@ -213,6 +227,44 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       decidedBy = d.by;
       decidedAt = now();
       const awaiting = approval === 'pending';
+      if (d.action === 'counter_offer' && d.offer) {
+        approval = 'countered';
+        currentOffer = { ...d.offer, '@type': 'Offer', target: input.datasetId ?? d.offer.target };
+        state = 'OFFERED';
+        operatorSend = {
+          type: 'ContractOfferMessage',
+          path: peerPath('offers'),
+          body: contractOfferMessage({
+            id: `urn:uuid:${uuid4()}`,
+            providerPid: input.id,
+            consumerPid: input.consumerPid,
+            offer: currentOffer,
+          }),
+        };
+        await record(
+          { message_type: null, direction: 'internal', evidence_id: null, note: `counter-offer by ${d.by}` },
+          'operator.decision',
+        );
+        return ack();
+      }
+      if (d.action === 'accept') {
+        state = 'ACCEPTED';
+        operatorSend = {
+          type: 'ContractNegotiationEventMessage',
+          path: peerPath('events'),
+          body: negotiationEventMessage({
+            id: `urn:uuid:${uuid4()}`,
+            providerPid: providerPid ?? '',
+            consumerPid: input.consumerPid,
+            eventType: 'ACCEPTED',
+          }),
+        };
+        await record(
+          { message_type: null, direction: 'internal', evidence_id: null, note: `accepted by ${d.by}` },
+          'operator.decision',
+        );
+        return ack();
+      }
       if (d.action === 'approve') {
         approval = 'approved';
         await record(
@@ -254,6 +306,23 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
             });
           }
           return;
+        }
+        if (d.action === 'accept') {
+          if (role !== 'consumer' || state !== 'OFFERED') {
+            throw ApplicationFailure.create({
+              type: NOT_AWAITING_APPROVAL,
+              message: `there is no counter-offer to accept (${state})`,
+              nonRetryable: true,
+            });
+          }
+          return;
+        }
+        if (d.action === 'counter_offer' && !d.offer) {
+          throw ApplicationFailure.create({
+            type: NOT_AWAITING_APPROVAL,
+            message: 'a counter-offer needs an offer',
+            nonRetryable: true,
+          });
         }
         if (approval !== 'pending' || decision !== null || isTerminal(state)) {
           throw ApplicationFailure.create({
@@ -318,8 +387,26 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
 
   while (!isTerminal(state)) {
     const current = currentState();
-    if (role === 'provider' && current === 'REQUESTED') {
-      if (input.approval === 'manual' && approval !== 'approved') {
+    if (operatorSend) {
+      const m: { type: string; path: string; body: Record<string, unknown> } = operatorSend;
+      operatorSend = null;
+      const { outboxId, evidenceId } = await enqueue(m.type, m.path, m.body);
+      await record({ message_type: m.type, direction: 'outbound', evidence_id: evidenceId, note: null });
+      const result = await deliverFromOutbox(outboxId, input.retry);
+      if (!result.delivered && !isTerminal(state)) {
+        state = 'TERMINATED';
+        error = result.error;
+        await record({ message_type: null, direction: 'internal', evidence_id: null, note: result.error });
+      }
+      continue;
+    }
+    if (role === 'provider' && (current === 'REQUESTED' || current === 'ACCEPTED')) {
+      if (
+        current === 'REQUESTED' &&
+        input.approval === 'manual' &&
+        approval !== 'approved' &&
+        approval !== 'countered'
+      ) {
         approval = 'pending';
         expiresAt = new Date(Date.now() + input.approvalTimeoutMs).toISOString();
         await record({
@@ -341,14 +428,18 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         }
         continue;
       }
+      if (current === 'REQUESTED' && approval === 'countered') {
+        await condition(() => state !== current);
+        continue;
+      }
       agreement = {
         '@id': `urn:uuid:${uuid4()}`,
         '@type': 'Agreement',
-        target: input.datasetId ?? input.offer.target,
+        target: input.datasetId ?? currentOffer.target,
         assigner: input.ourDid,
         assignee: input.counterpartyDid,
         timestamp: now(),
-        ...rulesOf(input.offer),
+        ...rulesOf(currentOffer),
       };
       await transitionAndSend(
         'AGREED',

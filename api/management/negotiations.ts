@@ -23,6 +23,7 @@ import { agreementStore } from '../../db/agreements.js';
 import { outboxStore } from '../../db/outbox.js';
 import { productStore } from '../../db/products.js';
 import type { Db } from '../../db/knex.js';
+import type { OdrlOffer } from '../../domain/dsp.js';
 import {
   ALREADY_ENDED,
   NOT_AWAITING_APPROVAL,
@@ -194,6 +195,7 @@ export function negotiationRoutes(services: Services) {
     action: OperatorDecision['action'],
     caller: Caller | undefined,
     reason: string | null,
+    offer?: OdrlOffer,
   ) {
     const record = await negotiationStore(db).get(id);
     if (!record) throw notFound('negotiation', id);
@@ -201,7 +203,14 @@ export function negotiationRoutes(services: Services) {
       await temporal()
         .workflow.getHandle(record.workflow_id)
         .executeUpdate(decisionUpdate, {
-          args: [{ action, by: caller ? `${caller.name} (${caller.id})` : 'unknown', reason }],
+          args: [
+            {
+              action,
+              by: caller ? `${caller.name} (${caller.id})` : 'unknown',
+              reason,
+              ...(offer ? { offer } : {}),
+            },
+          ],
         });
     } catch (err) {
       // The workflow has ended: nothing awaits approval and nothing is left to terminate.
@@ -338,6 +347,39 @@ export function negotiationRoutes(services: Services) {
       response: negotiationOutput,
       errors: ['conflict'],
       handler: ({ params, caller }) => decide(params.id, 'terminate', caller, null),
+    }),
+    route<{ id: string }, never, { offer: OdrlOffer }>({
+      method: 'post',
+      path: '/negotiations/:id/counter-offer',
+      summary: 'Answer a request awaiting approval with a counter-offer (provider)',
+      tag: 'negotiations',
+      role: 'operator',
+      params: idParams,
+      body: Joi.object({
+        offer: Joi.object({
+          '@id': Joi.string().min(1).required(),
+          permission: Joi.array().items(Joi.object().unknown(true)),
+          prohibition: Joi.array().items(Joi.object().unknown(true)),
+          obligation: Joi.array().items(Joi.object().unknown(true)),
+        })
+          .unknown(true)
+          .or('permission', 'prohibition')
+          .required(),
+      }),
+      response: negotiationOutput,
+      errors: ['conflict'],
+      handler: ({ params, body, caller }) => decide(params.id, 'counter_offer', caller, null, body.offer),
+    }),
+    route<{ id: string }>({
+      method: 'post',
+      path: '/negotiations/:id/accept',
+      summary: "Accept the provider's counter-offer (consumer)",
+      tag: 'negotiations',
+      role: 'operator',
+      params: idParams,
+      response: negotiationOutput,
+      errors: ['conflict'],
+      handler: ({ params, caller }) => decide(params.id, 'accept', caller, null),
     }),
     route<never, { cursor?: string; limit: number }>({
       method: 'get',

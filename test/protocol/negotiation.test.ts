@@ -232,6 +232,53 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     await waitFor(consumer.api, b.body.id, (n) => n.state === 'TERMINATED');
   });
 
+  it('follows a counter-offer: the provider counters, the consumer accepts, the agreement carries the counter-offer', async () => {
+    const started = await start('manual-offer', 'product-manual-offer');
+    const theirs = await providerSide(started.body.consumer_pid);
+    await waitFor(provider.api, theirs.id, (n) => n.approval === 'pending');
+    const counter = {
+      '@id': 'counter-1',
+      permission: [
+        {
+          action: 'read',
+          constraint: [{ leftOperand: 'odrl:purpose', operator: 'eq', rightOperand: 'research' }],
+        },
+      ],
+    };
+    expectError(
+      await consumer.api.post(`/api/v1/negotiations/${encodeURIComponent(started.body.id)}/accept`),
+      409,
+      'conflict',
+      'no counter-offer',
+    );
+    expectError(
+      await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/counter-offer`, {
+        offer: { '@id': 'x' },
+      }),
+      400,
+      'invalid_request',
+      'offer',
+    );
+    const countered = await provider.api.post(
+      `/api/v1/negotiations/${encodeURIComponent(theirs.id)}/counter-offer`,
+      { offer: counter },
+    );
+    expect(countered.status, JSON.stringify(countered.body)).to.equal(200);
+    expect(countered.body).to.include({ state: 'OFFERED', approval: 'countered' });
+    const offered = await waitFor(consumer.api, started.body.id, (n) => n.state === 'OFFERED');
+    expect(offered.offer).to.deep.include({ '@id': 'counter-1' });
+    const accepted = await consumer.api.post(
+      `/api/v1/negotiations/${encodeURIComponent(started.body.id)}/accept`,
+    );
+    expect(accepted.status, JSON.stringify(accepted.body)).to.equal(200);
+    expect(accepted.body.state).to.equal('ACCEPTED');
+    const done = await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
+    await waitFor(provider.api, theirs.id, (n) => n.state === 'FINALIZED');
+    const agreement = await provider.api.get(`/api/v1/agreements/${encodeURIComponent(done.agreement_id)}`);
+    expect(agreement.body.agreement.permission).to.deep.equal(counter.permission);
+    await recordBoth(started.body.id, theirs.id, 'countered');
+  });
+
   it('answers a repeated initial request with the same negotiation and no second effect', async () => {
     const consumerPid = `urn:uuid:${randomUUID()}`;
     const message = {
