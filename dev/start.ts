@@ -81,7 +81,9 @@ async function main() {
     if (config.demoBackend) {
       // A stable port, so that a source registered against it keeps working after a restart.
       const port = (await portIsFree(config.demoBackendPort)) ? config.demoBackendPort : 0;
-      if (port === 0) say(`port ${config.demoBackendPort} is taken; the sample backend gets a free port`);
+      if (port === 0 && config.demoBackendPort !== 0) {
+        say(`port ${config.demoBackendPort} is taken; the sample backend gets a free port`);
+      }
       const backend = await startBuildingBackend({ keys: { [DEMO_BACKEND_KEY]: '*' } }, port);
       stops.push(() => backend.close());
       backendUrl = backend.url;
