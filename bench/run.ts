@@ -4,6 +4,7 @@
  */
 const BENCHES: Record<string, () => Promise<{ run(args: string[]): Promise<void> }>> = {
   evidence: () => import('./evidence.js'),
+  negotiation: () => import('./negotiation.js'),
 };
 
 const args = process.argv.slice(2);
