@@ -1,7 +1,7 @@
 /** The connector's HTTP surface: health probes, the management API under /api/v1, and (later) protocol and gateway routes. */
 import Koa from 'koa';
 import Router from '@koa/router';
-import { koaBody } from 'koa-body';
+import { jsonBodies } from './middleware/json-body.js';
 import { randomUUID } from 'node:crypto';
 import type { Services } from './services.js';
 import { managementErrors } from './middleware/errors.js';
@@ -104,16 +104,7 @@ export function managementRouter(services: Services): { router: Router; registry
   router.use(authenticate(apiKeyStore(services.db)));
   router.use(refuseAnonymous(PUBLIC_PATHS));
   router.use(requireJsonBodies());
-  router.use(
-    koaBody({
-      jsonLimit: '1mb',
-      json: true,
-      urlencoded: false,
-      multipart: false,
-      text: false,
-      jsonStrict: true,
-    }),
-  );
+  router.use(jsonBodies());
   mount(router, registry, [
     ...sourceRoutes(services),
     ...productRoutes(services),

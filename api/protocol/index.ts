@@ -4,7 +4,7 @@
  */
 import Router from '@koa/router';
 import type Koa from 'koa';
-import { koaBody } from 'koa-body';
+import { jsonBodies } from '../middleware/json-body.js';
 import type { Services } from '../services.js';
 import { DSP_BASE_PATH, DSP_VERSION } from '../../domain/dsp.js';
 import type { PolicyContext } from '../../domain/policy-evaluation.js';
@@ -62,16 +62,8 @@ export function protocolRouter(
   router.use(catalogErrors());
   router.use(refusalsInProtocolShape(options.authenticatePeer));
   router.use(
-    koaBody({
-      jsonLimit: '1mb',
-      json: true,
-      urlencoded: false,
-      multipart: false,
-      text: false,
-      jsonStrict: true,
-      onError: (err) => {
-        throw new DspError(400, 'invalid_message', [`the body is not valid JSON: ${err.message}`]);
-      },
+    jsonBodies((err) => {
+      throw new DspError(400, 'invalid_message', [`the body is not valid JSON: ${err.message}`]);
     }),
   );
   catalogRoutes(router, services, options.policyContext);
