@@ -46,10 +46,11 @@ import {
   type OperatorDecision,
 } from './negotiation-messages.js';
 
-const { recordNegotiation, storeAgreement, enqueueProtocolMessage } = proxyActivities<NegotiationActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
-});
+const { recordNegotiation, storeAgreement, enqueueProtocolMessage, recordAndEnqueue } =
+  proxyActivities<NegotiationActivities>({
+    startToCloseTimeout: '10 seconds',
+    retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
+  });
 
 export const STATE_KEY = defineSearchAttributeKey('ConnectorState', 'KEYWORD');
 const PROCESS_KEY = defineSearchAttributeKey('ConnectorProcess', 'KEYWORD');
@@ -128,6 +129,26 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     });
   }
 
+  /** Records the state (already moved) with our outbound message and queues the message, in one activity. */
+  async function recordSend(messageType: string, path: string, body: Record<string, unknown>) {
+    upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
+    const queued = await recordAndEnqueue(
+      snapshot(),
+      { at: now(), state, message_type: messageType, direction: 'outbound', note: null },
+      {
+        process_id: input.id,
+        kind: 'negotiation',
+        message_type: messageType,
+        counterparty_did: input.counterpartyDid,
+        url: dspUrl(input.counterpartyAddress, path),
+        body,
+        evidence_id: `ev_${uuid4()}`,
+      },
+    );
+    recorded++;
+    return queued;
+  }
+
   /**
    * Moves to `to` and sends our message: state and message are recorded first, so the peer's
    * answer is accepted even if it arrives before our delivery returns. An undeliverable message
@@ -140,8 +161,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     body: Record<string, unknown>,
   ) {
     state = to;
-    const { outboxId, evidenceId } = await enqueue(messageType, path, body);
-    await record({ message_type: messageType, direction: 'outbound', evidence_id: evidenceId, note: null });
+    const { outboxId } = await recordSend(messageType, path, body);
     const result = await deliverFromOutbox(outboxId, input.retry);
     if (!result.delivered && !isTerminal(state)) {
       state = 'TERMINATED';
@@ -390,8 +410,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     if (operatorSend) {
       const m: { type: string; path: string; body: Record<string, unknown> } = operatorSend;
       operatorSend = null;
-      const { outboxId, evidenceId } = await enqueue(m.type, m.path, m.body);
-      await record({ message_type: m.type, direction: 'outbound', evidence_id: evidenceId, note: null });
+      const { outboxId } = await recordSend(m.type, m.path, m.body);
       const result = await deliverFromOutbox(outboxId, input.retry);
       if (!result.delivered && !isTerminal(state)) {
         state = 'TERMINATED';
