@@ -48,8 +48,11 @@ function holds(c: Constraint, ctx: PolicyContext): boolean {
         return n === t;
     }
   }
-  if (c.left_operand === 'pl:signedRequests')
-    return (ctx.signedRequests ?? true) === c.right_operand || c.right_operand === true;
+  // How requests are made, not who makes them: when the mode is not known yet (catalog, contract
+  // request) the participant can comply either way; once known, it must match.
+  if (c.left_operand === 'pl:signedRequests') {
+    return ctx.signedRequests === undefined || ctx.signedRequests === c.right_operand;
+  }
   const subject = subjectValues();
   if (subject === null) return false;
   const wanted = values(c.right_operand);

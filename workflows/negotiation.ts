@@ -473,6 +473,8 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       );
     } else if (role === 'provider' && current === 'VERIFIED') {
       await storeAgreementOnce();
+      // A termination may have arrived meanwhile: it wins, nothing is finalized.
+      if (currentState() !== current) continue;
       await transitionAndSend(
         'FINALIZED',
         'ContractNegotiationEventMessage',

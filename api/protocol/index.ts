@@ -67,6 +67,6 @@ export function protocolRouter(
     }),
   );
   catalogRoutes(router, services, options.policyContext);
-  dspNegotiationRoutes(router, services);
+  dspNegotiationRoutes(router, services, options.policyContext);
   return router;
 }

@@ -27,6 +27,7 @@ import { productStore } from '../../db/products.js';
 import { negotiationAck, negotiationError, type OdrlOffer } from '../../domain/dsp.js';
 import { isTerminal, negotiationMessageKind, type NegotiationMessage } from '../../domain/negotiation.js';
 import { toOdrl } from '../../domain/policy.js';
+import { permits, type PolicyContext } from '../../domain/policy-evaluation.js';
 import {
   ILLEGAL_TRANSITION,
   dspMessageUpdate,
@@ -97,7 +98,11 @@ function illegal(err: unknown): string | null {
   return cause instanceof ApplicationFailure && cause.type === ILLEGAL_TRANSITION ? cause.message : null;
 }
 
-export function dspNegotiationRoutes(router: Router, services: Services): void {
+export function dspNegotiationRoutes(
+  router: Router,
+  services: Services,
+  policyContext: (ctx: Koa.Context) => Promise<PolicyContext>,
+): void {
   const { db } = services;
   const temporal = () => {
     if (!services.temporal)
@@ -167,7 +172,11 @@ export function dspNegotiationRoutes(router: Router, services: Services): void {
       throw new DspError(400, 'invalid_message', ['an initial request has no providerPid'], body);
     const offerRef = body.offer as OdrlOffer;
     const offer = await offerStore(db).get(offerRef['@id']);
-    if (!offer) throw new DspError(400, 'unknown_offer', [`no offer ${offerRef['@id']}`], body);
+    // An offer the caller may not see (its access policy) is as unknown to it as a missing one.
+    const access = offer ? await policyStore(db).get(offer.access_policy_id) : undefined;
+    if (!offer || !access || !permits(access, await policyContext(ctx))) {
+      throw new DspError(400, 'unknown_offer', [`no offer ${offerRef['@id']}`], body);
+    }
     const [product, contract] = await Promise.all([
       productStore(db).get(offer.asset_id),
       policyStore(db).get(offer.contract_policy_id),

@@ -384,6 +384,57 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     expect(invalid.body['@type']).to.equal('ContractNegotiationError');
   });
 
+  it('treats an offer the caller may not see as unknown when it is requested', async () => {
+    expect(
+      (
+        await provider.api.post('/api/v1/policies', {
+          id: 'not-the-consumer',
+          permissions: [
+            {
+              action: 'use',
+              constraints: [
+                { left_operand: 'pl:participant', operator: 'isNoneOf', right_operand: [consumer.did] },
+              ],
+            },
+          ],
+        })
+      ).status,
+    ).to.equal(201);
+    expect(
+      (
+        await provider.api.post('/api/v1/offers', {
+          id: 'hidden-offer',
+          asset_id: 'product-auto-offer',
+          access_policy_id: 'not-the-consumer',
+          contract_policy_id: 'read-only',
+        })
+      ).status,
+    ).to.equal(201);
+    const catalog = await client(provider.dsp).post(
+      '/catalog/request',
+      { '@context': DSP_CONTEXT, '@type': 'CatalogRequestMessage' },
+      await asConsumer(),
+    );
+    const offers = catalog.body.dataset.flatMap((d: { hasPolicy: Array<{ '@id': string }> }) =>
+      d.hasPolicy.map((p) => p['@id']),
+    );
+    expect(offers).to.include('auto-offer');
+    expect(offers).not.to.include('hidden-offer');
+    const refused = await client(provider.dsp).post(
+      '/negotiations/request',
+      {
+        '@context': DSP_CONTEXT,
+        '@type': 'ContractRequestMessage',
+        consumerPid: `urn:uuid:${randomUUID()}`,
+        callbackAddress: consumer.dsp,
+        offer: { '@id': 'hidden-offer' },
+      },
+      await asConsumer(),
+    );
+    expect(refused.status).to.equal(400);
+    expect(refused.body).to.include({ '@type': 'ContractNegotiationError', code: 'unknown_offer' });
+  });
+
   it('refuses unauthenticated and non-member callers', async () => {
     const body = { '@context': DSP_CONTEXT, '@type': 'CatalogRequestMessage' };
     const anonymous = await client(provider.dsp).post('/catalog/request', body);
