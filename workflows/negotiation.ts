@@ -116,18 +116,20 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     recorded++;
   }
 
+  /** Our message to the counterparty, as an outbox row (its evidence id chosen here, so retries append once). */
+  const outbound = (messageType: string, path: string, body: Record<string, unknown>) => ({
+    process_id: input.id,
+    kind: 'negotiation',
+    message_type: messageType,
+    counterparty_did: input.counterpartyDid,
+    url: dspUrl(input.counterpartyAddress, path),
+    body,
+    evidence_id: `ev_${uuid4()}`,
+  });
+
   /** Records our message as evidence and writes it to the outbox; delivery follows (bounded retries). */
-  async function enqueue(messageType: string, path: string, body: Record<string, unknown>) {
-    return enqueueProtocolMessage({
-      process_id: input.id,
-      kind: 'negotiation',
-      message_type: messageType,
-      counterparty_did: input.counterpartyDid,
-      url: dspUrl(input.counterpartyAddress, path),
-      body,
-      evidence_id: `ev_${uuid4()}`,
-    });
-  }
+  const enqueue = (messageType: string, path: string, body: Record<string, unknown>) =>
+    enqueueProtocolMessage(outbound(messageType, path, body));
 
   /** Records the state (already moved) with our outbound message and queues the message, in one activity. */
   async function recordSend(messageType: string, path: string, body: Record<string, unknown>) {
@@ -135,15 +137,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     const queued = await recordAndEnqueue(
       snapshot(),
       { at: now(), state, message_type: messageType, direction: 'outbound', note: null },
-      {
-        process_id: input.id,
-        kind: 'negotiation',
-        message_type: messageType,
-        counterparty_did: input.counterpartyDid,
-        url: dspUrl(input.counterpartyAddress, path),
-        body,
-        evidence_id: `ev_${uuid4()}`,
-      },
+      outbound(messageType, path, body),
     );
     recorded++;
     return queued;
