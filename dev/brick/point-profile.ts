@@ -5,13 +5,7 @@
  * ranges, so the typical values and limits below are ordinary HVAC figures chosen by hand.
  */
 import type { BrickClassIndex } from '../../gateway/brick/class-index.js';
-import type {
-  Access,
-  FlowDirection,
-  PointConstraints,
-  Simulation,
-  ValueType,
-} from '../building-backend/building-data.js';
+import type { Access, PointRecord } from '../building-backend/building-data.js';
 import type { BrickOntology } from './ontology.js';
 
 export type Family = 'sensor' | 'setpoint' | 'parameter' | 'command' | 'status' | 'alarm' | 'point';
@@ -154,16 +148,11 @@ export interface PointContext {
   onTerminalUnit: boolean;
 }
 
-export interface PointProfile {
-  family: Family;
-  access: Access;
-  value_type: ValueType;
-  is_cumulative: boolean;
-  unit?: string;
-  constraints?: PointConstraints;
-  flow_direction?: FlowDirection;
-  simulation: Simulation;
-}
+/** What a point's class settles about it: the behavioural fields of a PointRecord, and its family. */
+export type PointProfile = Pick<
+  PointRecord,
+  'access' | 'value_type' | 'is_cumulative' | 'unit' | 'constraints' | 'flow_direction' | 'simulation'
+> & { family: Family };
 
 export function pointProfile(
   ctx: PointContext,
