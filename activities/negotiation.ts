@@ -4,6 +4,7 @@
  * entry's id is the `evidence_id` of the history entry and outbox row.
  */
 import { createHash } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Db } from '../db/knex.js';
 import { negotiationStore, type HistoryEntry, type NegotiationSnapshot } from '../db/negotiations.js';
 import { agreementStore, type AgreementRecord } from '../db/agreements.js';
@@ -79,8 +80,25 @@ export function createNegotiationActivities(deps: { db: Db }) {
       return queued;
     },
 
+    /**
+     * Stores the agreement once (a retried activity changes nothing). An id that another
+     * negotiation's agreement already has is refused for good: two agreements must never share
+     * one record.
+     */
     async storeAgreement(agreement: Omit<AgreementRecord, 'created_at' | 'state'>): Promise<void> {
-      await agreementStore(deps.db).insert(agreement);
+      const store = agreementStore(deps.db);
+      // A timestamp without an offset is UTC (xsd:dateTime; the protocol schema let only valid ones in).
+      const signedAt = /(Z|[+-]\d{2}:\d{2})$/i.test(agreement.signed_at)
+        ? agreement.signed_at
+        : `${agreement.signed_at}Z`;
+      await store.insert({ ...agreement, signed_at: signedAt });
+      const stored = await store.get(agreement.id);
+      if (stored && stored.negotiation_id !== agreement.negotiation_id) {
+        throw ApplicationFailure.nonRetryable(
+          `agreement ${agreement.id} belongs to another negotiation (${stored.negotiation_id})`,
+          'AgreementConflict',
+        );
+      }
     },
   };
   return activities;

@@ -42,7 +42,9 @@ export function createOutboxActivities(deps: OutboxDeps) {
     ): Promise<{ status: number; body: unknown }> {
       const row = await store.get(id);
       if (!row) throw ApplicationFailure.nonRetryable(`outbox message ${id} does not exist`, 'OutboxMissing');
-      if (row.status === 'delivered') return { status: row.response_status ?? 200, body: null };
+      // Delivered by an earlier run of this activity (its completion was lost): the same answer.
+      if (row.status === 'delivered')
+        return { status: row.response_status ?? 200, body: await store.deliveredAnswer(id) };
       const attempt = Context.current().info.attempt;
       // After the last attempt there is no next one: the row shows now, and the workflow drops it.
       const nextAttemptAt = new Date(
@@ -65,8 +67,9 @@ export function createOutboxActivities(deps: OutboxDeps) {
         const text = await res.body.text();
         if (status >= 200 && status < 300) {
           await store.recordAttempt(id, { error: null, status, nextAttemptAt: new Date() });
-          await store.markDelivered(id, status);
-          return { status, body: parseAnswer(text) };
+          const answer = parseAnswer(text);
+          await store.markDelivered(id, status, answer);
+          return { status, body: answer };
         }
         error = `the counterparty answered ${status}${text ? `: ${text.slice(0, 500)}` : ''}`;
       } catch (err) {

@@ -88,13 +88,23 @@ export function outboxStore(db: Db) {
           next_attempt_at: a.nextAttemptAt,
         });
     },
-    async markDelivered(id: number, status: number) {
-      await db('outbox').where({ id }).update({
-        status: 'delivered',
-        delivered_at: db.fn.now(),
-        response_status: status,
-        last_error: null,
-      });
+    /** `answer`: the counterparty's (small JSON) answer, kept for a delivery that runs again. */
+    async markDelivered(id: number, status: number, answer: unknown = null) {
+      await db('outbox')
+        .where({ id })
+        .update({
+          status: 'delivered',
+          delivered_at: db.fn.now(),
+          response_status: status,
+          response_body: answer === null ? null : JSON.stringify(answer),
+          last_error: null,
+        });
+    },
+    async deliveredAnswer(id: number): Promise<unknown> {
+      const row: { response_body: unknown } | undefined = await db('outbox')
+        .where({ id })
+        .first('response_body');
+      return row?.response_body ?? null;
     },
     async markDropped(id: number, error: string) {
       await db('outbox')

@@ -8,7 +8,32 @@ export const DSP_CONTEXT = [DSP_CONTEXT_URL];
 /** Path of our DSP endpoints below the connector's root. */
 export const DSP_BASE_PATH = '/dsp';
 
+/**
+ * Our own JSON-LD context (the `pl:` terms of rules and datasets, `narrowing`), a file in the
+ * repository (api/protocol/contexts/) served unauthenticated by every connector at this path.
+ * Messages that carry rules name it after the DSP context, so that they expand completely.
+ */
+export const BUILDING_DATA_CONTEXT_PATH = '/contexts/building-data-v1.jsonld';
+export const buildingDataContextUrl = (publicUrl: string) =>
+  `${publicUrl.replace(/\/+$/, '')}${BUILDING_DATA_CONTEXT_PATH}`;
+/** The @context of a message: DSP 2025-1, then ours when the message carries rules. */
+export const messageContext = (ourContext: string | null): string[] =>
+  ourContext ? [DSP_CONTEXT_URL, ourContext] : [DSP_CONTEXT_URL];
+
 export type OdrlOffer = Record<string, unknown> & { '@id': string; '@type'?: string; target?: string };
+
+/**
+ * The rules of a policy as the DSP schema wants them on the wire: permission, prohibition and
+ * obligation each left out when empty (PolicyClass has `minItems: 1`).
+ */
+export function wireRules(policy: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of ['permission', 'prohibition', 'obligation']) {
+    const rules = policy[key];
+    if (rules !== undefined && !(Array.isArray(rules) && rules.length === 0)) out[key] = rules;
+  }
+  return out;
+}
 
 export const negotiationAck = (providerPid: string, consumerPid: string, state: string) => ({
   '@context': DSP_CONTEXT,
@@ -31,17 +56,21 @@ export const negotiationError = (
   reason,
 });
 
+/** An initial request carries our callbackAddress; a counter-request the providerPid instead (the schema's oneOf). */
 export const contractRequestMessage = (m: {
   id: string;
   consumerPid: string;
-  callbackAddress: string;
+  callbackAddress?: string;
+  providerPid?: string;
   offer: OdrlOffer;
+  context: string | null;
 }) => ({
-  '@context': DSP_CONTEXT,
+  '@context': messageContext(m.context),
   '@id': m.id,
   '@type': 'ContractRequestMessage',
+  ...(m.providerPid ? { providerPid: m.providerPid } : {}),
   consumerPid: m.consumerPid,
-  callbackAddress: m.callbackAddress,
+  ...(m.providerPid ? {} : { callbackAddress: m.callbackAddress }),
   offer: m.offer,
 });
 
@@ -50,8 +79,9 @@ export const contractOfferMessage = (m: {
   providerPid: string;
   consumerPid: string;
   offer: OdrlOffer;
+  context: string | null;
 }) => ({
-  '@context': DSP_CONTEXT,
+  '@context': messageContext(m.context),
   '@id': m.id,
   '@type': 'ContractOfferMessage',
   providerPid: m.providerPid,
@@ -64,8 +94,9 @@ export const contractAgreementMessage = (m: {
   providerPid: string;
   consumerPid: string;
   agreement: Record<string, unknown>;
+  context: string | null;
 }) => ({
-  '@context': DSP_CONTEXT,
+  '@context': messageContext(m.context),
   '@id': m.id,
   '@type': 'ContractAgreementMessage',
   providerPid: m.providerPid,
@@ -118,3 +149,48 @@ export const negotiationTerminationMessage = (m: {
 /** Joins a callback or base address and a relative DSP path, with or without a trailing slash. */
 export const dspUrl = (base: string, path: string) =>
   `${base.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
+
+const IPV4 = /^\d{1,3}(?:\.\d{1,3}){3}$/;
+const isLoopback = (host: string) =>
+  host === 'localhost' || host === '[::1]' || (IPV4.test(host) && host.startsWith('127.'));
+
+/**
+ * Why we refuse a peer's callbackAddress before any lookup, or null (dsp-edc.md §1.7: an address
+ * we cannot use is an unrecoverable error). It must be an absolute https base without
+ * credentials, query or fragment, on the host of the peer's did:web DID or a subdomain of it,
+ * so that a peer can only have our messages sent to itself. Loopback (over http too) only with
+ * the allowance that also lets loopback DIDs resolve (DID_WEB_ALLOW_HTTP), for local runs.
+ */
+export function callbackAddressProblem(
+  address: string,
+  peerDid: string,
+  allowLoopback: boolean,
+): string | null {
+  let url: URL;
+  try {
+    url = new URL(address);
+  } catch {
+    return 'the callbackAddress is not a URL';
+  }
+  const host = url.hostname.toLowerCase();
+  if (url.username || url.password) return 'the callbackAddress must not carry credentials';
+  if (url.search || url.hash) return 'the callbackAddress must not have a query or fragment';
+  if (isLoopback(host)) {
+    if (!allowLoopback) return 'the callbackAddress is a loopback address';
+    if (url.protocol !== 'https:' && url.protocol !== 'http:')
+      return 'the callbackAddress must be an http(s) URL';
+  } else if (url.protocol !== 'https:') {
+    return 'the callbackAddress must be an https URL';
+  }
+  const didHost = /^did:web:([^:]+)/
+    .exec(peerDid)?.[1]
+    ?.replace(/%3A.*$/i, '')
+    .toLowerCase();
+  if (!didHost) return 'the callbackAddress cannot be bound to the caller (not a did:web DID)';
+  const bound =
+    host === didHost ||
+    host.endsWith(`.${didHost}`) ||
+    (allowLoopback && isLoopback(host) && isLoopback(didHost));
+  if (!bound) return `the callbackAddress is not on the caller's host (${didHost})`;
+  return null;
+}

@@ -105,3 +105,80 @@ export function negotiationMessageKind(body: {
 
 /** Operator approval of a provider's incoming request (offer approval `manual`). */
 export type Approval = 'pending' | 'approved' | 'rejected' | 'expired' | null;
+
+/**
+ * A message that repeats what already happened: a termination of a terminated negotiation, the
+ * FINALIZED event of a finalized one. Answered with the state and no effect, the same while our
+ * workflow still runs (our own termination being delivered) as after it has ended.
+ */
+export function isHarmlessRepeat(state: NegotiationState, message: NegotiationMessage, sender: Party) {
+  return (
+    (state === 'TERMINATED' && message === 'ContractNegotiationTerminationMessage') ||
+    (state === 'FINALIZED' && message === 'FinalizedEvent' && sender === 'provider')
+  );
+}
+
+const RULE_KEYS = ['permission', 'prohibition', 'obligation'] as const;
+
+/**
+ * A value with object keys sorted, empty arrays and `constraint: []` dropped, and single values
+ * kept as they are: two rule sets that say the same thing compare equal as JSON.
+ */
+function normalized(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(normalized);
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(value).sort()) {
+      const v = (value as Record<string, unknown>)[key];
+      if (v === undefined || (Array.isArray(v) && v.length === 0)) continue;
+      out[key] = normalized(v);
+    }
+    return out;
+  }
+  return value;
+}
+
+/** Whether an ODRL document (offer or agreement) states rules at all, or only refers to an offer by id. */
+export const hasRules = (policy: Record<string, unknown>): boolean =>
+  RULE_KEYS.some((k) => Array.isArray(policy[k]) && (policy[k] as unknown[]).length > 0);
+
+/** Whether two ODRL documents carry the same permissions, prohibitions and obligations. */
+export function sameRules(a: Record<string, unknown>, b: Record<string, unknown>): boolean {
+  // A compacted document may give a single rule as an object rather than a one-element array.
+  const rules = (p: Record<string, unknown>) =>
+    JSON.stringify(
+      normalized(Object.fromEntries(RULE_KEYS.map((k) => [k, p[k] === undefined ? [] : [p[k]].flat()]))),
+    );
+  return rules(a) === rules(b);
+}
+
+/**
+ * What is wrong with an agreement a provider sent us (consumer side), for people: its target
+ * must be the dataset we asked for, its assignee us, its assigner the provider we negotiate with,
+ * and its rules those of the offer in force (when we know them: an offer by reference only
+ * names its id, and then the provider's rules are the offer's).
+ */
+export function agreementProblems(
+  agreement: Record<string, unknown>,
+  expected: {
+    target: string | null;
+    assignee: string;
+    assigner: string;
+    offer: Record<string, unknown>;
+  },
+): string[] {
+  const problems: string[] = [];
+  const shown = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v ?? null));
+  if (expected.target !== null && agreement.target !== expected.target)
+    problems.push(`its target is ${shown(agreement.target)}, we asked for ${expected.target}`);
+  if (agreement.assignee !== expected.assignee)
+    problems.push(`its assignee is ${shown(agreement.assignee)}, not us (${expected.assignee})`);
+  if (agreement.assigner !== expected.assigner)
+    problems.push(`its assigner is ${shown(agreement.assigner)}, not the provider (${expected.assigner})`);
+  if (hasRules(expected.offer) && !sameRules(agreement, expected.offer))
+    problems.push(`its rules differ from those of offer ${shown(expected.offer['@id'])}`);
+  return problems;
+}
+
+/** NEGOTIATION_DEADLINE's default: a week for the counterparty's next message. */
+export const DEFAULT_RESPONSE_TIMEOUT_MS = 7 * 24 * 3600 * 1000;

@@ -13,7 +13,16 @@ export interface NegotiationInput {
   ourDid: string;
   /** Our DSP base address (what we give as callbackAddress). */
   ourAddress: string;
+  /** Our JSON-LD context document (the `pl:` terms), named in messages that carry rules. */
+  ourContext: string | null;
+  /** Who opened the negotiation: the consumer's request (default) or the provider's offer. */
+  initiatedBy?: Party;
   counterpartyDid: string;
+  /**
+   * The counterparty's participant id as it signs agreements (`assigner`): its DID unless the
+   * operator named another (a peer identified otherwise, such as the DSP TCK).
+   */
+  counterpartyId?: string | null;
   /** The counterparty's DSP base (provider) or callback address (consumer). */
   counterpartyAddress: string;
   offer: OdrlOffer;
@@ -25,6 +34,8 @@ export interface NegotiationInput {
   /** Provider only: whether an operator must approve the request. */
   approval: 'automatic' | 'manual';
   approvalTimeoutMs: number;
+  /** How long we wait for the counterparty's next message before terminating (NEGOTIATION_DEADLINE). */
+  responseTimeoutMs: number;
   retry: DeliveryRetry;
 }
 
@@ -45,9 +56,9 @@ export interface NegotiationAck {
 export interface OperatorDecision {
   /**
    * Provider: approve, reject, or counter_offer (with `offer`) a request awaiting approval.
-   * Consumer: accept a counter-offer. Either: terminate.
+   * Consumer: accept, reject or counter_request (with `offer`) an offer. Either: terminate.
    */
-  action: 'approve' | 'reject' | 'terminate' | 'counter_offer' | 'accept';
+  action: 'approve' | 'reject' | 'terminate' | 'counter_offer' | 'counter_request' | 'accept';
   by: string;
   reason: string | null;
   offer?: OdrlOffer;
@@ -55,6 +66,16 @@ export interface OperatorDecision {
 
 /** Failure types the API maps to answers: illegal transition (DSP 400 / management 409). */
 export const ILLEGAL_TRANSITION = 'IllegalTransition';
+/** The message names another counterparty process than the one we know (DSP 400 pid_mismatch). */
+export const PID_MISMATCH = 'PidMismatch';
+/** A counter-request for an offer that is not part of this negotiation (DSP 400 unknown_offer). */
+export const OFFER_MISMATCH = 'OfferMismatch';
+/** Validator failures and the DSP error code each becomes (always 400). */
+export const DSP_REFUSALS: Record<string, string> = {
+  [ILLEGAL_TRANSITION]: 'invalid_transition',
+  [PID_MISMATCH]: 'pid_mismatch',
+  [OFFER_MISMATCH]: 'unknown_offer',
+};
 export const NOT_AWAITING_APPROVAL = 'NotAwaitingApproval';
 export const ALREADY_ENDED = 'AlreadyEnded';
 

@@ -4,6 +4,7 @@
  * our part. Every state change is written to the read model by an activity.
  */
 import {
+  ActivityFailure,
   ApplicationFailure,
   allHandlersFinished,
   condition,
@@ -16,9 +17,13 @@ import {
 import { defineSearchAttributeKey } from '@temporalio/common';
 import type { NegotiationActivities } from '../activities/negotiation.js';
 import {
+  agreementProblems,
+  hasRules,
+  isHarmlessRepeat,
   isTerminal,
   nextNegotiationState,
   otherParty,
+  sameRules,
   type NegotiationState,
 } from '../domain/negotiation.js';
 import {
@@ -29,13 +34,18 @@ import {
   dspUrl,
   negotiationEventMessage,
   negotiationTerminationMessage,
+  wireRules,
+  type OdrlOffer,
 } from '../domain/dsp.js';
 import type { HistoryEntry, NegotiationSnapshot } from '../db/negotiations.js';
 import { deliverFromOutbox } from './outbox-delivery.js';
+import { startConnectionTransfer } from './transfer.js';
 import {
   ALREADY_ENDED,
   ILLEGAL_TRANSITION,
   NOT_AWAITING_APPROVAL,
+  OFFER_MISMATCH,
+  PID_MISMATCH,
   ackQuery,
   decisionUpdate,
   startedUpdate,
@@ -46,11 +56,25 @@ import {
   type OperatorDecision,
 } from './negotiation-messages.js';
 
-const { recordNegotiation, storeAgreement, enqueueProtocolMessage, recordAndEnqueue } =
+const { recordNegotiation, enqueueProtocolMessage, recordAndEnqueue } =
   proxyActivities<NegotiationActivities>({
     startToCloseTimeout: '10 seconds',
     retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
   });
+/**
+ * An agreement that cannot be stored (its id taken by another negotiation, a database that stays
+ * away) must not keep the negotiation retrying forever: about five minutes, then it ends with
+ * the reason.
+ */
+const { storeAgreement } = proxyActivities<NegotiationActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: {
+    initialInterval: '200 ms',
+    maximumInterval: '30 seconds',
+    maximumAttempts: 15,
+    nonRetryableErrorTypes: ['AgreementConflict'],
+  },
+});
 
 export const STATE_KEY = defineSearchAttributeKey('ConnectorState', 'KEYWORD');
 const PROCESS_KEY = defineSearchAttributeKey('ConnectorProcess', 'KEYWORD');
@@ -60,6 +84,7 @@ const COUNTERPARTY_KEY = defineSearchAttributeKey('Counterparty', 'KEYWORD');
 export async function negotiation(input: NegotiationInput): Promise<NegotiationAck> {
   const { role } = input;
   const peer = otherParty(role);
+  const initiatedBy = input.initiatedBy ?? 'consumer';
   // Changed by Update handlers too: read through `currentState()` where TypeScript would narrow it.
   let state = 'INITIAL' as NegotiationState;
   const currentState = (): NegotiationState => state;
@@ -74,15 +99,24 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   let decidedBy: string | null = null;
   let decidedAt: string | null = null;
   let decision: OperatorDecision | null = null;
-  /** The offer in force: the request's, or the last counter-offer. */
+  /** The offer in force: the request's, or the last counter-offer or counter-request. */
   let currentOffer = input.offer;
+  /** Offers made in this negotiation, by id: what a counter-request may refer to. */
+  const offers = new Map<string, OdrlOffer>([[input.offer['@id'], input.offer]]);
+  /** Provider: the consumer asks for other rules than the offer's; only an operator can agree to them. */
+  let termsDiffer = false;
   /** A message an operator's decision asked us to send (counter-offer, acceptance). */
   let operatorSend: { type: string; path: string; body: Record<string, unknown> } | null = null;
-  /** Our termination to send once the loop ends (operator, rejection, expiry). */
+  /** Our termination to send once the loop ends (operator, rejection, expiry, a failure). */
   let ourTermination: { code: string; reason: string[] } | null = null;
+  /** Answers to messages by their @id: a repeated message gets the same answer and no second effect. */
   const received = new Map<string, NegotiationAck>();
+  /** Messages being handled: a repeat arriving meanwhile waits for the first one's answer. */
+  const inFlight = new Set<string>();
   const now = () => new Date().toISOString();
   const ack = (): NegotiationAck => ({ state, providerPid, consumerPid: input.consumerPid });
+  const refuse = (type: string, message: string) =>
+    ApplicationFailure.create({ type, message, nonRetryable: true });
 
   function snapshot(): NegotiationSnapshot {
     return {
@@ -115,6 +149,8 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     await recordNegotiation(snapshot(), { at: now(), state, ...entry }, kind);
     recorded++;
   }
+  const note = (text: string) =>
+    record({ message_type: null, direction: 'internal', evidence_id: null, note: text });
 
   /** Our message to the counterparty, as an outbox row (its evidence id chosen here, so retries append once). */
   const outbound = (messageType: string, path: string, body: Record<string, unknown>) => ({
@@ -143,11 +179,34 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     return queued;
   }
 
+  /** Ends the negotiation on our side for `reason`; the counterparty is told with `code`. */
+  async function terminate(code: string, reason: string) {
+    state = 'TERMINATED';
+    error = reason;
+    ourTermination = { code, reason: [reason] };
+    await note(reason);
+  }
+
   /**
-   * Moves to `to` and sends our message: state and message are recorded first, so the peer's
-   * answer is accepted even if it arrives before our delivery returns. An undeliverable message
-   * ends the negotiation.
+   * Records and sends one message of ours (the state already moved): the peer's answer is
+   * accepted even if it arrives before our delivery returns. A message that cannot be
+   * delivered ends the negotiation, and the counterparty is told (it may be back by then, and
+   * would otherwise wait for a message that never comes).
    */
+  async function send(messageType: string, path: string, body: Record<string, unknown>) {
+    const { outboxId } = await recordSend(messageType, path, body);
+    const result = await deliverFromOutbox(outboxId, input.retry);
+    if (!result.delivered) {
+      if (!isTerminal(state)) await terminate('delivery_failed', result.error);
+      // FINALIZED is ours to send and stays; the operator sees that the consumer may not know.
+      else if (state === 'FINALIZED') {
+        error = result.error;
+        await note(`the ${messageType} was not delivered: ${result.error}`);
+      }
+    }
+    return result;
+  }
+
   async function transitionAndSend(
     to: NegotiationState,
     messageType: string,
@@ -155,20 +214,38 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     body: Record<string, unknown>,
   ) {
     state = to;
-    const { outboxId } = await recordSend(messageType, path, body);
-    const result = await deliverFromOutbox(outboxId, input.retry);
-    if (!result.delivered && !isTerminal(state)) {
-      state = 'TERMINATED';
-      error = result.error;
-      await record({ message_type: null, direction: 'internal', evidence_id: null, note: result.error });
-    }
-    return result;
+    return send(messageType, path, body);
   }
 
+  /** The counterparty's process id as far as we know it (a consumer learns the providerPid from the provider). */
+  const theirPid = () => (role === 'provider' ? input.consumerPid : providerPid);
+  // Pids are IRIs: keep ':' readable, escape what would change the path.
   const peerPath = (suffix: string) =>
-    role === 'provider'
-      ? `negotiations/${input.consumerPid}/${suffix}`
-      : `negotiations/${providerPid ?? ''}/${suffix}`;
+    `negotiations/${encodeURIComponent(theirPid() ?? '').replace(/%3A/gi, ':')}/${suffix}`;
+
+  /** Why a message names other processes than this one, or null. */
+  function pidProblem(body: Record<string, unknown>): string | null {
+    const ours = role === 'provider' ? body.providerPid : body.consumerPid;
+    if (ours !== undefined && ours !== input.id)
+      return `the message names ${JSON.stringify(ours)} as our process, which is ${input.id}`;
+    const theirs = role === 'provider' ? body.consumerPid : body.providerPid;
+    const known = theirPid();
+    if (known !== null && theirs !== undefined && theirs !== known)
+      return `the message names ${JSON.stringify(theirs)} as the ${peer}'s process, which is ${known}`;
+    return null;
+  }
+
+  /** Why an offer in a counter-request or counter-offer does not belong to this negotiation, or null. */
+  function offerProblem(message: InboundMessage): string | null {
+    const asked = message.body.offer as OdrlOffer | undefined;
+    if (!asked) return null;
+    if (asked.target !== undefined && input.datasetId !== null && asked.target !== input.datasetId)
+      return `the offer's target ${String(asked.target)} is not the dataset of this negotiation (${input.datasetId})`;
+    // A counter-request refers to an offer made in this negotiation (by id; by value it may change the rules).
+    if (role === 'provider' && state !== 'INITIAL' && !offers.has(asked['@id']))
+      return `offer ${asked['@id']} is not part of this negotiation`;
+    return null;
+  }
 
   // So that the Temporal UI can list and filter negotiations (registered at dev-server start).
   upsertSearchAttributes([
@@ -182,54 +259,114 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     return ack();
   });
 
+  /** A request, counter-request or counter-offer: the offer in force afterwards. */
+  function takeOffer(message: InboundMessage) {
+    const asked = message.body.offer as OdrlOffer;
+    if (role === 'consumer') {
+      // The provider's offer (initial or counter): its rules are what an agreement must carry.
+      currentOffer = { ...asked, '@type': 'Offer' };
+      offers.set(asked['@id'], currentOffer);
+      return;
+    }
+    // Provider: the request names one of our offers; rules given by value that differ from it
+    // are the consumer's proposal, which only an operator can accept.
+    const referenced = offers.get(asked['@id']) ?? input.offer;
+    termsDiffer = hasRules(asked) && !sameRules(asked, referenced);
+    currentOffer = termsDiffer
+      ? { ...asked, '@type': 'Offer', target: input.datasetId ?? referenced.target }
+      : referenced;
+  }
+
   setHandler(
     dspMessageUpdate,
     async (message: InboundMessage) => {
-      if (message.messageId && received.has(message.messageId)) return received.get(message.messageId)!;
-      const to = nextNegotiationState(state, message.kind, peer)!;
-      if (message.kind === 'ContractAgreementMessage') {
-        agreement = (message.body.agreement as Record<string, unknown>) ?? null;
-        providerPid ??= String(message.body.providerPid);
+      const id = messageKey(message);
+      if (id !== null) {
+        if (received.has(id)) return received.get(id)!;
+        if (inFlight.has(id)) {
+          await condition(() => received.has(id) || !inFlight.has(id));
+          const earlier = received.get(id);
+          if (earlier) return earlier;
+          throw refuse(ILLEGAL_TRANSITION, 'the same message failed a moment ago');
+        }
+        inFlight.add(id);
       }
-      if (message.kind === 'ContractOfferMessage') {
-        providerPid ??= String(message.body.providerPid);
-        currentOffer = message.body.offer as typeof currentOffer;
+      try {
+        if (isHarmlessRepeat(state, message.kind, peer)) return ack();
+        const to = nextNegotiationState(state, message.kind, peer)!;
+        if (message.kind === 'ContractAgreementMessage') {
+          agreement = (message.body.agreement as Record<string, unknown>) ?? null;
+          providerPid ??= String(message.body.providerPid);
+        }
+        if (message.kind === 'ContractOfferMessage') {
+          providerPid ??= String(message.body.providerPid);
+          takeOffer(message);
+          // A (counter-)offer is decided anew.
+          approval = null;
+          decision = null;
+        }
+        if (message.kind === 'ContractRequestMessage') {
+          takeOffer(message);
+          // A counter-request is decided as a new request.
+          approval = null;
+          decision = null;
+        }
+        if (message.kind === 'ContractNegotiationTerminationMessage') {
+          const reasons = (message.body.reason as string[] | undefined) ?? [];
+          error =
+            [message.body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
+          // A request or offer still waiting for our operator is not awaiting anything any more.
+          if (approval === 'pending') approval = null;
+        }
+        state = to;
+        await record({
+          message_type: message.body['@type'] as string,
+          direction: 'inbound',
+          evidence_id: message.evidenceId,
+          note: null,
+        });
+        if (state === 'FINALIZED' && agreement) {
+          const failed = await storeAgreementOnce();
+          if (failed) {
+            error = failed;
+            await note(failed);
+          }
+          // A connection's transfer starts by itself (consumer, connection_alias set).
+          else await startConnectionTransfer(input, String(agreement['@id']));
+        }
+        const answer = ack();
+        if (id !== null) received.set(id, answer);
+        return answer;
+      } finally {
+        if (id !== null) inFlight.delete(id);
       }
-      if (message.kind === 'ContractRequestMessage' && role === 'provider' && state !== 'INITIAL') {
-        // A counter-request: the consumer's offer, to be decided as a new request.
-        currentOffer = message.body.offer as typeof currentOffer;
-        approval = null;
-        decision = null;
-      }
-      if (message.kind === 'ContractNegotiationTerminationMessage') {
-        const reasons = (message.body.reason as string[] | undefined) ?? [];
-        error =
-          [message.body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
-        // A request still waiting for our operator is not awaiting anything any more.
-        if (approval === 'pending') approval = null;
-      }
-      state = to;
-      await record({
-        message_type: message.body['@type'] as string,
-        direction: 'inbound',
-        evidence_id: message.evidenceId,
-        note: null,
-      });
-      if (state === 'FINALIZED' && agreement) await storeAgreementOnce();
-      const answer = ack();
-      if (message.messageId) received.set(message.messageId, answer);
-      return answer;
     },
     {
       validator: (message: InboundMessage) => {
-        if (message.messageId && received.has(message.messageId)) return;
-        if (nextNegotiationState(state, message.kind, peer) === null) {
-          throw ApplicationFailure.create({
-            type: ILLEGAL_TRANSITION,
-            message: `${message.kind} from the ${peer} is not allowed in state ${state}`,
-            nonRetryable: true,
-          });
+        const id = messageKey(message);
+        if (id !== null && (received.has(id) || inFlight.has(id))) return;
+        if (
+          message.kind === 'ContractRequestMessage' &&
+          role === 'provider' &&
+          state !== 'INITIAL' &&
+          message.body.providerPid === undefined
+        ) {
+          throw refuse(
+            ILLEGAL_TRANSITION,
+            `a negotiation with consumerPid ${input.consumerPid} exists already (${state}); a counter-request names the providerPid`,
+          );
         }
+        if (isHarmlessRepeat(state, message.kind, peer)) return;
+        if (nextNegotiationState(state, message.kind, peer) === null) {
+          throw refuse(
+            ILLEGAL_TRANSITION,
+            `${message.kind} from the ${peer} is not allowed in state ${state}`,
+          );
+        }
+        const pids = pidProblem(message.body);
+        if (pids) throw refuse(PID_MISMATCH, pids);
+        const offer = offerProblem(message);
+        if (offer) throw refuse(OFFER_MISMATCH, offer);
       },
     },
   );
@@ -244,6 +381,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       if (d.action === 'counter_offer' && d.offer) {
         approval = 'countered';
         currentOffer = { ...d.offer, '@type': 'Offer', target: input.datasetId ?? d.offer.target };
+        offers.set(currentOffer['@id'], currentOffer);
         state = 'OFFERED';
         operatorSend = {
           type: 'ContractOfferMessage',
@@ -253,6 +391,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
             providerPid: input.id,
             consumerPid: input.consumerPid,
             offer: currentOffer,
+            context: input.ourContext,
           }),
         };
         await record(
@@ -261,7 +400,34 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         );
         return ack();
       }
+      if (d.action === 'counter_request' && d.offer) {
+        approval = 'countered';
+        currentOffer = { ...d.offer, '@type': 'Offer', target: input.datasetId ?? d.offer.target };
+        state = 'REQUESTED';
+        operatorSend = {
+          type: 'ContractRequestMessage',
+          path: peerPath('request'),
+          body: contractRequestMessage({
+            id: `urn:uuid:${uuid4()}`,
+            providerPid: providerPid ?? '',
+            consumerPid: input.consumerPid,
+            offer: currentOffer,
+            context: input.ourContext,
+          }),
+        };
+        await record(
+          {
+            message_type: null,
+            direction: 'internal',
+            evidence_id: null,
+            note: `counter-request by ${d.by}`,
+          },
+          'operator.decision',
+        );
+        return ack();
+      }
       if (d.action === 'accept') {
+        if (awaiting) approval = 'accepted';
         state = 'ACCEPTED';
         operatorSend = {
           type: 'ContractNegotiationEventMessage',
@@ -292,9 +458,13 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         );
         return ack();
       }
-      // Reject, or terminate (which, for a request awaiting approval, is a rejection).
+      // Reject, or terminate (which, for a request or offer awaiting us, is a rejection).
       if (awaiting) approval = 'rejected';
-      const reason = d.reason ?? (awaiting ? 'rejected by the provider' : 'terminated by the operator');
+      const reason =
+        d.reason ??
+        (awaiting
+          ? `rejected by the ${role === 'provider' ? 'provider' : 'consumer'}`
+          : 'terminated by the operator');
       ourTermination = { code: awaiting ? 'rejected' : 'terminated', reason: [reason] };
       error = reason;
       state = 'TERMINATED';
@@ -312,71 +482,99 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     {
       validator: (d: OperatorDecision) => {
         if (d.action === 'terminate') {
-          if (isTerminal(state)) {
-            throw ApplicationFailure.create({
-              type: ALREADY_ENDED,
-              message: `the negotiation has ended (${state})`,
-              nonRetryable: true,
-            });
-          }
+          if (isTerminal(state)) throw refuse(ALREADY_ENDED, `the negotiation has ended (${state})`);
           return;
         }
         if (d.action === 'accept') {
-          if (role !== 'consumer' || state !== 'OFFERED') {
-            throw ApplicationFailure.create({
-              type: NOT_AWAITING_APPROVAL,
-              message: `there is no counter-offer to accept (${state})`,
-              nonRetryable: true,
-            });
-          }
+          if (role !== 'consumer' || state !== 'OFFERED')
+            throw refuse(NOT_AWAITING_APPROVAL, `there is no offer to accept (${state})`);
           return;
         }
-        if (d.action === 'counter_offer' && !d.offer) {
-          throw ApplicationFailure.create({
-            type: NOT_AWAITING_APPROVAL,
-            message: 'a counter-offer needs an offer',
-            nonRetryable: true,
-          });
-        }
+        if ((d.action === 'counter_offer' || d.action === 'counter_request') && !d.offer)
+          throw refuse(NOT_AWAITING_APPROVAL, `a ${d.action.replace('_', '-')} needs an offer`);
+        if (d.action === 'counter_request' && (role !== 'consumer' || state !== 'OFFERED'))
+          throw refuse(
+            NOT_AWAITING_APPROVAL,
+            `there is no offer to answer with a counter-request (${state})`,
+          );
+        if (d.action === 'counter_offer' && role !== 'provider')
+          throw refuse(NOT_AWAITING_APPROVAL, 'a consumer answers an offer with a counter-request');
+        if (role !== 'provider' && d.action === 'approve')
+          throw refuse(NOT_AWAITING_APPROVAL, 'a consumer accepts, rejects or terminates an offer');
         if (approval !== 'pending' || decision !== null || isTerminal(state)) {
-          throw ApplicationFailure.create({
-            type: NOT_AWAITING_APPROVAL,
-            message:
-              approval === 'expired'
-                ? 'the request expired before a decision'
-                : 'the negotiation is not awaiting approval',
-            nonRetryable: true,
-          });
+          throw refuse(
+            NOT_AWAITING_APPROVAL,
+            approval === 'expired'
+              ? 'the request expired before a decision'
+              : 'the negotiation is not awaiting approval',
+          );
         }
       },
     },
   );
 
   let agreementStored = false;
-  async function storeAgreementOnce() {
-    if (agreementStored || !agreement) return;
-    agreementStored = true;
-    await storeAgreement({
-      id: String(agreement['@id']),
-      negotiation_id: input.id,
-      role,
-      provider_did: role === 'provider' ? input.ourDid : input.counterpartyDid,
-      consumer_did: role === 'consumer' ? input.ourDid : input.counterpartyDid,
-      dataset_id: text(agreement.target) ?? input.datasetId ?? '',
-      offer_id: input.offerId,
-      agreement,
-      narrowing: input.narrowing,
-      connection_alias: input.connectionAlias,
-      signed_at: text(agreement.timestamp) ?? now(),
-    });
+  /** Stores the agreement once; returns why it could not be stored, or null. */
+  async function storeAgreementOnce(): Promise<string | null> {
+    if (agreementStored || !agreement) return null;
+    try {
+      await storeAgreement({
+        id: String(agreement['@id']),
+        negotiation_id: input.id,
+        role,
+        provider_did: role === 'provider' ? input.ourDid : input.counterpartyDid,
+        consumer_did: role === 'consumer' ? input.ourDid : input.counterpartyDid,
+        dataset_id: text(agreement.target) ?? input.datasetId ?? '',
+        offer_id: input.offerId,
+        agreement,
+        narrowing: input.narrowing,
+        connection_alias: input.connectionAlias,
+        signed_at: text(agreement.timestamp) ?? now(),
+      });
+      agreementStored = true;
+      return null;
+    } catch (err) {
+      const cause = err instanceof ActivityFailure ? err.cause : err;
+      return `the agreement could not be stored: ${cause instanceof Error ? cause.message : String(cause)}`;
+    }
   }
 
-  if (role === 'consumer') {
+  /**
+   * Waits for the counterparty (or an operator) to move us on from `from`; after the deadline
+   * the negotiation ends and the counterparty is told. Our own decisions have their own deadline.
+   */
+  async function awaitCounterparty(from: NegotiationState) {
+    const moved = await condition(() => state !== from, input.responseTimeoutMs);
+    if (!moved)
+      await terminate(
+        'timeout',
+        `the ${peer} did not answer within ${Math.round(input.responseTimeoutMs / 1000)} s (${from})`,
+      );
+  }
+
+  /** Waits for our operator's decision on a request (provider) or an offer (consumer) until it expires. */
+  async function awaitOperator(from: NegotiationState, what: string) {
+    approval = 'pending';
+    decision = null;
+    expiresAt = new Date(Date.now() + input.approvalTimeoutMs).toISOString();
+    await note(`awaiting ${role === 'provider' ? 'approval' : 'acceptance'}`);
+    const decided = await condition(() => decision !== null || state !== from, input.approvalTimeoutMs);
+    if (!decided) {
+      approval = 'expired';
+      await terminate(
+        `${what}_expired`,
+        `the ${what} expired before an operator ${role === 'provider' ? 'approved' : 'accepted'} it`,
+      );
+    }
+  }
+
+  if (role === 'consumer' && initiatedBy === 'consumer') {
     const request = contractRequestMessage({
       id: `urn:uuid:${uuid4()}`,
       consumerPid: input.consumerPid,
       callbackAddress: input.ourAddress,
       offer: input.offer,
+      context: input.ourContext,
     });
     const sent = await transitionAndSend(
       'REQUESTED',
@@ -385,7 +583,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       request,
     );
     const answer = sent.delivered ? (sent.body as { providerPid?: unknown } | null) : null;
-    if (typeof answer?.providerPid === 'string' && providerPid === null) {
+    if (typeof answer?.providerPid === 'string' && answer.providerPid !== '' && providerPid === null) {
       providerPid = answer.providerPid;
       await record({
         message_type: 'ContractNegotiation',
@@ -395,8 +593,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       });
     }
   } else {
-    // The initial request arrived with the start (update-with-start).
-    await condition(() => state !== 'INITIAL');
+    // The first message (a request to us as provider, an offer to us as consumer) arrived with
+    // the start (update-with-start); without it there is nothing to negotiate.
+    if (!(await condition(() => state !== 'INITIAL', '1 minute'))) return ack();
   }
 
   while (!isTerminal(state)) {
@@ -404,45 +603,16 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     if (operatorSend) {
       const m: { type: string; path: string; body: Record<string, unknown> } = operatorSend;
       operatorSend = null;
-      const { outboxId } = await recordSend(m.type, m.path, m.body);
-      const result = await deliverFromOutbox(outboxId, input.retry);
-      if (!result.delivered && !isTerminal(state)) {
-        state = 'TERMINATED';
-        error = result.error;
-        await record({ message_type: null, direction: 'internal', evidence_id: null, note: result.error });
-      }
+      await send(m.type, m.path, m.body);
       continue;
     }
     if (role === 'provider' && (current === 'REQUESTED' || current === 'ACCEPTED')) {
       if (
         current === 'REQUESTED' &&
-        input.approval === 'manual' &&
-        approval !== 'approved' &&
-        approval !== 'countered'
+        (input.approval === 'manual' || termsDiffer) &&
+        approval !== 'approved'
       ) {
-        approval = 'pending';
-        expiresAt = new Date(Date.now() + input.approvalTimeoutMs).toISOString();
-        await record({
-          message_type: null,
-          direction: 'internal',
-          evidence_id: null,
-          note: 'awaiting approval',
-        });
-        const decided = await condition(
-          () => decision !== null || state !== current,
-          input.approvalTimeoutMs,
-        );
-        if (!decided) {
-          approval = 'expired';
-          error = 'the request expired before an operator approved it';
-          ourTermination = { code: 'approval_expired', reason: [error] };
-          state = 'TERMINATED';
-          await record({ message_type: null, direction: 'internal', evidence_id: null, note: error });
-        }
-        continue;
-      }
-      if (current === 'REQUESTED' && approval === 'countered') {
-        await condition(() => state !== current);
+        await awaitOperator(current, 'request');
         continue;
       }
       agreement = {
@@ -452,7 +622,8 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         assigner: input.ourDid,
         assignee: input.counterpartyDid,
         timestamp: now(),
-        ...rulesOf(currentOffer),
+        // An Agreement's rules have no target; empty lists are left out (the DSP schema).
+        ...wireRules(currentOffer),
       };
       await transitionAndSend(
         'AGREED',
@@ -463,12 +634,17 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           providerPid: input.id,
           consumerPid: input.consumerPid,
           agreement,
+          context: input.ourContext,
         }),
       );
     } else if (role === 'provider' && current === 'VERIFIED') {
-      await storeAgreementOnce();
+      const failed = await storeAgreementOnce();
       // A termination may have arrived meanwhile: it wins, nothing is finalized.
       if (currentState() !== current) continue;
+      if (failed) {
+        await terminate('agreement_not_stored', failed);
+        continue;
+      }
       await transitionAndSend(
         'FINALIZED',
         'ContractNegotiationEventMessage',
@@ -481,6 +657,20 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         }),
       );
     } else if (role === 'consumer' && current === 'AGREED') {
+      // We verify what we asked for, not just any agreement (dsp-edc.md §1.4).
+      const problems = agreementProblems(agreement ?? {}, {
+        target: input.datasetId ?? text(currentOffer.target),
+        assignee: input.ourDid,
+        assigner: input.counterpartyId ?? input.counterpartyDid,
+        offer: currentOffer,
+      });
+      if (problems.length > 0) {
+        await terminate(
+          'agreement_mismatch',
+          `the agreement does not match the offer: ${problems.join('; ')}`,
+        );
+        continue;
+      }
       await transitionAndSend(
         'VERIFIED',
         'ContractAgreementVerificationMessage',
@@ -491,33 +681,41 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           consumerPid: input.consumerPid,
         }),
       );
+    } else if (role === 'consumer' && current === 'OFFERED') {
+      await awaitOperator(current, 'offer');
+      // Accepted: the acceptance is sent above; else the state moved or it expired.
     } else {
       // Our move is done; the counterparty's message (or an operator) moves us on.
-      await condition(() => state !== current);
+      await awaitCounterparty(current);
     }
   }
 
   if (ourTermination) {
-    // Best effort: the counterparty learns why; an undeliverable termination changes nothing here.
     const t: { code: string; reason: string[] } = ourTermination;
-    const { outboxId, evidenceId } = await enqueue(
-      'ContractNegotiationTerminationMessage',
-      peerPath('termination'),
-      negotiationTerminationMessage({
-        id: `urn:uuid:${uuid4()}`,
-        providerPid: role === 'provider' ? input.id : (providerPid ?? ''),
-        consumerPid: input.consumerPid,
-        code: t.code,
-        reason: t.reason,
-      }),
-    );
-    const sent = await deliverFromOutbox(outboxId, input.retry);
-    await record({
-      message_type: 'ContractNegotiationTerminationMessage',
-      direction: 'outbound',
-      evidence_id: evidenceId,
-      note: sent.delivered ? null : sent.error,
-    });
+    if (theirPid() === null) {
+      // A consumer whose request was never acknowledged has no address for the provider's process.
+      await note('the termination was not sent: the provider never told us its process id');
+    } else {
+      // Best effort: the counterparty learns why; an undeliverable termination changes nothing here.
+      const { outboxId, evidenceId } = await enqueue(
+        'ContractNegotiationTerminationMessage',
+        peerPath('termination'),
+        negotiationTerminationMessage({
+          id: `urn:uuid:${uuid4()}`,
+          providerPid: role === 'provider' ? input.id : (providerPid ?? ''),
+          consumerPid: input.consumerPid,
+          code: t.code,
+          reason: t.reason,
+        }),
+      );
+      const sent = await deliverFromOutbox(outboxId, input.retry);
+      await record({
+        message_type: 'ContractNegotiationTerminationMessage',
+        direction: 'outbound',
+        evidence_id: evidenceId,
+        note: sent.delivered ? null : sent.error,
+      });
+    }
   }
 
   // Let Update handlers that moved us here finish (their callers are waiting for the answer).
@@ -527,10 +725,6 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
 
 const text = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 
-/** The rules of an offer, carried into the agreement (an Agreement's rules have no target). */
-function rulesOf(offer: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const key of ['permission', 'prohibition', 'obligation'])
-    if (offer[key] !== undefined) out[key] = offer[key];
-  return out;
-}
+/** A message's identity for repeats: its @id, per message type (an @id is only unique per sender). */
+const messageKey = (m: InboundMessage): string | null =>
+  m.messageId === null ? null : `${m.kind} ${m.messageId}`;

@@ -13,6 +13,7 @@ import { idParams, pageOf, pageQuery, toPageRequest } from './schemas.js';
 import { dateTime, nullableString } from '../validation.js';
 import { ApiError, conflict, notFound } from '../../domain/errors.js';
 import {
+  DEFAULT_RESPONSE_TIMEOUT_MS,
   NEGOTIATION_STATES,
   isTerminal,
   type NegotiationState,
@@ -23,7 +24,7 @@ import { agreementStore } from '../../db/agreements.js';
 import { outboxStore } from '../../db/outbox.js';
 import { productStore } from '../../db/products.js';
 import type { Db } from '../../db/knex.js';
-import type { OdrlOffer } from '../../domain/dsp.js';
+import { buildingDataContextUrl, type OdrlOffer } from '../../domain/dsp.js';
 import {
   ALREADY_ENDED,
   NOT_AWAITING_APPROVAL,
@@ -37,6 +38,7 @@ import type { Caller } from '../middleware/authenticate.js';
 interface StartInput {
   counterparty_address: string;
   counterparty_did: string;
+  counterparty_participant_id?: string | null;
   offer_id?: string;
   offer?: Record<string, unknown> & { '@id': string };
   dataset_id?: string | null;
@@ -53,6 +55,9 @@ const startBody = Joi.object({
   counterparty_did: Joi.string()
     .pattern(/^did:[a-z0-9]+:.+$/)
     .required(),
+  counterparty_participant_id: nullableString()
+    .max(500)
+    .description("the provider's participant id as it signs agreements (assigner); default: its DID"),
   offer_id: Joi.string().min(1),
   offer: Joi.object({ '@id': Joi.string().min(1).required() }).unknown(true),
   dataset_id: nullableString(),
@@ -65,6 +70,17 @@ const startBody = Joi.object({
     points: Joi.array().items(Joi.string().min(1)).min(1).unique(),
   }).allow(null),
 }).xor('offer_id', 'offer');
+
+/** An offer by value, as a counter-offer or counter-request carries it (DSP: a rule list is never empty). */
+const ruleOffer = Joi.object({
+  '@id': Joi.string().min(1).required(),
+  permission: Joi.array().items(Joi.object().unknown(true)).min(1),
+  prohibition: Joi.array().items(Joi.object().unknown(true)).min(1),
+  obligation: Joi.array().items(Joi.object().unknown(true)).min(1),
+})
+  .unknown(true)
+  .or('permission', 'prohibition')
+  .required();
 
 const historyEntry = Joi.object({
   at: dateTime(),
@@ -251,7 +267,9 @@ export function negotiationRoutes(services: Services) {
           providerPid: null,
           ourDid: services.connector.did,
           ourAddress: services.connector.dspAddress,
+          ourContext: buildingDataContextUrl(services.connector.publicUrl),
           counterpartyDid: body.counterparty_did,
+          counterpartyId: body.counterparty_participant_id ?? null,
           counterpartyAddress: body.counterparty_address,
           offer: {
             '@type': 'Offer',
@@ -266,6 +284,7 @@ export function negotiationRoutes(services: Services) {
           narrowing: body.narrowing ?? null,
           approval: 'automatic',
           approvalTimeoutMs: services.connector.approvalTimeoutMs,
+          responseTimeoutMs: services.connector.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS,
           retry: services.connector.deliveryRetry,
         };
         await temporal().workflow.executeUpdateWithStart(startedUpdate, {
@@ -355,25 +374,27 @@ export function negotiationRoutes(services: Services) {
       tag: 'negotiations',
       role: 'operator',
       params: idParams,
-      body: Joi.object({
-        offer: Joi.object({
-          '@id': Joi.string().min(1).required(),
-          permission: Joi.array().items(Joi.object().unknown(true)),
-          prohibition: Joi.array().items(Joi.object().unknown(true)),
-          obligation: Joi.array().items(Joi.object().unknown(true)),
-        })
-          .unknown(true)
-          .or('permission', 'prohibition')
-          .required(),
-      }),
+      body: Joi.object({ offer: ruleOffer }),
       response: negotiationOutput,
       errors: ['conflict'],
       handler: ({ params, body, caller }) => decide(params.id, 'counter_offer', caller, null, body.offer),
     }),
+    route<{ id: string }, never, { offer: OdrlOffer }>({
+      method: 'post',
+      path: '/negotiations/:id/counter-request',
+      summary: "Answer the provider's offer with a counter-request (consumer)",
+      tag: 'negotiations',
+      role: 'operator',
+      params: idParams,
+      body: Joi.object({ offer: ruleOffer }),
+      response: negotiationOutput,
+      errors: ['conflict'],
+      handler: ({ params, body, caller }) => decide(params.id, 'counter_request', caller, null, body.offer),
+    }),
     route<{ id: string }>({
       method: 'post',
       path: '/negotiations/:id/accept',
-      summary: "Accept the provider's counter-offer (consumer)",
+      summary: "Accept the provider's offer or counter-offer (consumer)",
       tag: 'negotiations',
       role: 'operator',
       params: idParams,

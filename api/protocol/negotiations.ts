@@ -14,6 +14,7 @@ import type Koa from 'koa';
 import type Joi from 'joi';
 import {
   WithStartWorkflowOperation,
+  WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
 } from '@temporalio/client';
@@ -24,12 +25,28 @@ import { evidenceStore } from '../../db/evidence.js';
 import { offerStore } from '../../db/offers.js';
 import { policyStore } from '../../db/policies.js';
 import { productStore } from '../../db/products.js';
-import { negotiationAck, negotiationError, type OdrlOffer } from '../../domain/dsp.js';
-import { isTerminal, negotiationMessageKind, type NegotiationMessage } from '../../domain/negotiation.js';
+import { agreementStore } from '../../db/agreements.js';
+import { guardedLookup } from '../../auth/did-web-resolver.js';
+import {
+  buildingDataContextUrl,
+  callbackAddressProblem,
+  negotiationAck,
+  negotiationError,
+  wireRules,
+  type OdrlOffer,
+} from '../../domain/dsp.js';
+import {
+  DEFAULT_RESPONSE_TIMEOUT_MS,
+  isHarmlessRepeat,
+  isTerminal,
+  negotiationMessageKind,
+  otherParty,
+  type NegotiationMessage,
+} from '../../domain/negotiation.js';
 import { toOdrl } from '../../domain/policy.js';
 import { permits, type PolicyContext } from '../../domain/policy-evaluation.js';
 import {
-  ILLEGAL_TRANSITION,
+  DSP_REFUSALS,
   dspMessageUpdate,
   type NegotiationAck,
   type NegotiationInput,
@@ -85,17 +102,33 @@ async function recordInbound(
   return entry.id;
 }
 
-/** The same initial request (same consumer, same consumerPid) always finds the same workflow and providerPid. */
-function providerIdentity(consumerDid: string, consumerPid: string) {
-  const digest = createHash('sha256').update(`${consumerDid}\n${consumerPid}`).digest('hex');
+/**
+ * The workflow of a negotiation the counterparty opened (its request to us as provider, its
+ * offer to us as consumer): the same opening message always finds the same workflow and the
+ * same pid of ours.
+ */
+function openedIdentity(kind: 'provider' | 'consumer', peerDid: string, peerPid: string) {
+  const digest = createHash('sha256').update(`${peerDid}\n${peerPid}`).digest('hex');
   const uuid = `${digest.slice(0, 8)}-${digest.slice(8, 12)}-4${digest.slice(13, 16)}-a${digest.slice(17, 20)}-${digest.slice(20, 32)}`;
-  return { workflowId: `negotiation/provider/${digest.slice(0, 32)}`, providerPid: `urn:uuid:${uuid}` };
+  const prefix = kind === 'provider' ? 'negotiation/provider/' : 'negotiation/consumer/offered-';
+  return { workflowId: `${prefix}${digest.slice(0, 32)}`, pid: `urn:uuid:${uuid}` };
 }
 
-function illegal(err: unknown): string | null {
+/**
+ * The Update id of an inbound message: Temporal answers a second Update with the same id (in
+ * flight or done) with the first one's outcome, so a repeat has no second effect.
+ */
+const updateIdOf = (kind: NegotiationMessage, body: Record<string, unknown>) =>
+  typeof body['@id'] === 'string'
+    ? `dsp-${createHash('sha256').update(`${kind}\n${body['@id']}`).digest('hex').slice(0, 40)}`
+    : undefined;
+
+/** A validator's refusal (illegal transition, another process, another offer) as a DSP 400. */
+function refusal(err: unknown, pids: { providerPid?: string | null; consumerPid?: string | null }) {
   if (!(err instanceof WorkflowUpdateFailedError)) return null;
   const cause = err.cause;
-  return cause instanceof ApplicationFailure && cause.type === ILLEGAL_TRANSITION ? cause.message : null;
+  const code = cause instanceof ApplicationFailure && cause.type ? DSP_REFUSALS[cause.type] : undefined;
+  return code ? new DspError(400, code, [(cause as ApplicationFailure).message], pids) : null;
 }
 
 export function dspNegotiationRoutes(
@@ -125,9 +158,17 @@ export function dspNegotiationRoutes(
       throw new DspError(404, 'not_found', [`no negotiation ${id}`], body);
     }
     const ours = record.role === 'provider' ? body.providerPid : body.consumerPid;
+    const pids = { providerPid: record.provider_pid, consumerPid: record.consumer_pid };
     if (ours !== id)
       throw new DspError(400, 'pid_mismatch', ['the message names another process than its address'], body);
     const kind = negotiationMessageKind(body) as NegotiationMessage;
+    if (kind === 'ContractAgreementMessage') {
+      // An agreement id is the key of the agreement everywhere: one already stored is not reused.
+      const agreementId = (body.agreement as { '@id': string })['@id'];
+      const taken = await agreementStore(db).get(agreementId);
+      if (taken && taken.negotiation_id !== record.id)
+        throw new DspError(400, 'invalid_message', [`agreement ${agreementId} exists already`], pids);
+    }
     const evidenceId = await recordInbound(services, ctx, record.id, body);
     let ack: NegotiationAck;
     try {
@@ -135,34 +176,103 @@ export function dspNegotiationRoutes(
         .workflow.getHandle(record.workflow_id)
         .executeUpdate(dspMessageUpdate, {
           args: [{ kind, body, messageId: typeof body['@id'] === 'string' ? body['@id'] : null, evidenceId }],
+          updateId: updateIdOf(kind, body),
         });
     } catch (err) {
-      // The workflow has ended: the same final message again gets the same answer; anything else is illegal.
-      if (err instanceof WorkflowNotFoundError && isTerminal(record.state)) {
-        const repeat =
-          (kind === 'FinalizedEvent' && record.state === 'FINALIZED') ||
-          (kind === 'ContractNegotiationTerminationMessage' && record.state === 'TERMINATED');
-        if (repeat) {
-          ctx.status = 200;
-          ctx.body = negotiationAck(record.provider_pid ?? '', record.consumer_pid, record.state);
-          return;
+      // The workflow has ended: a repeat of the end gets the state, as while it ran; anything else is illegal.
+      if (err instanceof WorkflowNotFoundError) {
+        const now = (await negotiationStore(db).get(id)) ?? record;
+        if (isTerminal(now.state)) {
+          if (isHarmlessRepeat(now.state, kind, otherParty(now.role))) {
+            ctx.status = 200;
+            ctx.body = negotiationAck(now.provider_pid ?? '', now.consumer_pid, now.state);
+            return;
+          }
+          throw new DspError(400, 'invalid_transition', [`the negotiation has ended (${now.state})`], pids);
         }
-        throw new DspError(400, 'invalid_transition', [`the negotiation has ended (${record.state})`], {
-          providerPid: record.provider_pid,
-          consumerPid: record.consumer_pid,
-        });
       }
-      const reason = illegal(err);
-      if (reason)
-        throw new DspError(400, 'invalid_transition', [reason], {
-          providerPid: record.provider_pid,
-          consumerPid: record.consumer_pid,
-        });
+      const refused = refusal(err, pids);
+      if (refused) throw refused;
       throw err;
     }
     ctx.status = 200;
     ctx.body = negotiationAck(ack.providerPid ?? '', ack.consumerPid, ack.state);
   }
+
+  /** A callbackAddress we can use for this peer, or a 400 (dsp-edc.md §1.7: an unrecoverable error). */
+  async function checkCallback(address: string, peerDid: string, body: Record<string, unknown>) {
+    const allow = services.connector.allowLoopbackPeers ?? false;
+    let problem = callbackAddressProblem(address, peerDid, allow);
+    if (!problem) {
+      // A name must not lead to our own network either (checked again by nobody at delivery: see docs).
+      const host = new URL(address).hostname.replace(/^\[|\]$/g, '');
+      const lookup = guardedLookup({ allowHttpLoopback: allow, allowPrivateAddresses: false });
+      problem = await new Promise<string | null>((resolve) =>
+        lookup(host, { all: true }, (err) =>
+          resolve(err ? `the callbackAddress's host cannot be used: ${err.message}` : null),
+        ),
+      );
+    }
+    if (problem) throw new DspError(400, 'invalid_callback', [problem], body);
+  }
+
+  /**
+   * Starts (or finds) the workflow of a negotiation the counterparty opens, with its first
+   * message as the Update: answered 201 once the message is handled. A repeat of the opening
+   * message (same @id) gets the same answer; another opening message for the same process, or
+   * one for a process that has ended, is refused.
+   */
+  async function open(
+    ctx: Koa.Context,
+    workflowId: string,
+    input: NegotiationInput,
+    kind: NegotiationMessage,
+    body: Record<string, unknown>,
+  ) {
+    const pids = { providerPid: input.providerPid, consumerPid: input.consumerPid };
+    const evidenceId = await recordInbound(services, ctx, input.id, body);
+    let ack: NegotiationAck;
+    try {
+      ack = await temporal().workflow.executeUpdateWithStart(dspMessageUpdate, {
+        args: [{ kind, body, messageId: typeof body['@id'] === 'string' ? body['@id'] : null, evidenceId }],
+        updateId: updateIdOf(kind, body),
+        startWorkflowOperation: new WithStartWorkflowOperation('negotiation', {
+          workflowId,
+          taskQueue: services.taskQueue,
+          args: [input],
+          workflowIdConflictPolicy: 'USE_EXISTING',
+          workflowIdReusePolicy: 'REJECT_DUPLICATE',
+        }),
+      });
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) {
+        const pid = kind === 'ContractRequestMessage' ? 'consumerPid' : 'providerPid';
+        throw new DspError(
+          400,
+          'invalid_transition',
+          [
+            `the ${pid} ${String(body[pid])} belongs to a negotiation that has ended; a new one needs a new ${pid}`,
+          ],
+          pids,
+        );
+      }
+      const refused = refusal(err, pids);
+      if (refused) throw refused;
+      throw err;
+    }
+    ctx.status = 201;
+    ctx.body = negotiationAck(ack.providerPid ?? '', ack.consumerPid, ack.state);
+  }
+
+  /** What a negotiation of ours is told by the connector's configuration. */
+  const settings = () => ({
+    ourDid: services.connector.did,
+    ourAddress: services.connector.dspAddress,
+    ourContext: buildingDataContextUrl(services.connector.publicUrl),
+    approvalTimeoutMs: services.connector.approvalTimeoutMs,
+    responseTimeoutMs: services.connector.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS,
+    retry: services.connector.deliveryRetry,
+  });
 
   // Provider: a consumer's initial request starts a negotiation (update-with-start).
   router.post('/negotiations/request', async function receiveContractRequest(ctx) {
@@ -170,6 +280,7 @@ export function dspNegotiationRoutes(
     const body = validateMessage(contractRequestSchema, ctx.request.body);
     if (body.providerPid)
       throw new DspError(400, 'invalid_message', ['an initial request has no providerPid'], body);
+    await checkCallback(String(body.callbackAddress), peer.did, body);
     const offerRef = body.offer as OdrlOffer;
     const offer = await offerStore(db).get(offerRef['@id']);
     // An offer the caller may not see (its access policy) is as unknown to it as a missing one.
@@ -183,56 +294,59 @@ export function dspNegotiationRoutes(
     ]);
     if (!product || !contract)
       throw new DspError(400, 'unknown_offer', [`offer ${offer.id} is not available`], body);
+    if (offerRef.target !== undefined && offerRef.target !== product.id)
+      throw new DspError(400, 'unknown_offer', [`offer ${offer.id} is for dataset ${product.id}`], body);
 
     const consumerPid = String(body.consumerPid);
-    const { workflowId, providerPid } = providerIdentity(peer.did, consumerPid);
+    const { workflowId, pid: providerPid } = openedIdentity('provider', peer.did, consumerPid);
     const odrl = toOdrl(offer.id, contract);
     const input: NegotiationInput = {
+      ...settings(),
       role: 'provider',
       id: providerPid,
       consumerPid,
       providerPid,
-      ourDid: services.connector.did,
-      ourAddress: services.connector.dspAddress,
       counterpartyDid: peer.did,
       counterpartyAddress: String(body.callbackAddress),
-      offer: {
-        '@id': offer.id,
-        '@type': 'Offer',
-        target: product.id,
-        permission: odrl.permission,
-        prohibition: odrl.prohibition,
-        obligation: odrl.obligation,
-      },
+      offer: { '@id': offer.id, '@type': 'Offer', target: product.id, ...wireRules(odrl) },
       datasetId: product.id,
       offerId: offer.id,
       purpose: null,
       connectionAlias: null,
       narrowing: (offerRef as { narrowing?: Record<string, unknown> }).narrowing ?? null,
       approval: offer.approval,
-      approvalTimeoutMs: services.connector.approvalTimeoutMs,
-      retry: services.connector.deliveryRetry,
     };
-    const evidenceId = await recordInbound(services, ctx, providerPid, body);
-    const ack = await temporal().workflow.executeUpdateWithStart(dspMessageUpdate, {
-      args: [
-        {
-          kind: 'ContractRequestMessage',
-          body,
-          messageId: typeof body['@id'] === 'string' ? body['@id'] : null,
-          evidenceId,
-        },
-      ],
-      startWorkflowOperation: new WithStartWorkflowOperation('negotiation', {
-        workflowId,
-        taskQueue: services.taskQueue,
-        args: [input],
-        workflowIdConflictPolicy: 'USE_EXISTING',
-        workflowIdReusePolicy: 'REJECT_DUPLICATE',
-      }),
-    });
-    ctx.status = 201;
-    ctx.body = negotiationAck(ack.providerPid ?? providerPid, ack.consumerPid, ack.state);
+    await open(ctx, workflowId, input, 'ContractRequestMessage', body);
+  });
+
+  // Consumer: a provider's initial offer opens a negotiation; our operator accepts or terminates it.
+  router.post('/negotiations/offers', async function receiveContractOffer(ctx) {
+    const peer = peerOf(ctx);
+    const body = validateMessage(contractOfferSchema, ctx.request.body);
+    if (body.consumerPid)
+      throw new DspError(400, 'invalid_message', ['an initial offer has no consumerPid'], body);
+    await checkCallback(String(body.callbackAddress), peer.did, body);
+    const offer = body.offer as OdrlOffer;
+    const providerPid = String(body.providerPid);
+    const { workflowId, pid: consumerPid } = openedIdentity('consumer', peer.did, providerPid);
+    const input: NegotiationInput = {
+      ...settings(),
+      role: 'consumer',
+      initiatedBy: 'provider',
+      id: consumerPid,
+      consumerPid,
+      providerPid,
+      counterpartyDid: peer.did,
+      counterpartyAddress: String(body.callbackAddress),
+      offer: { ...offer, '@type': 'Offer' },
+      datasetId: typeof offer.target === 'string' ? offer.target : null,
+      offerId: offer['@id'],
+      purpose: null,
+      connectionAlias: null,
+      narrowing: null,
+      approval: 'manual',
+    };
+    await open(ctx, workflowId, input, 'ContractOfferMessage', body);
   });
 
   router.get('/negotiations/:id', async function readNegotiation(ctx) {

@@ -5,6 +5,7 @@
  */
 import Joi from 'joi';
 import { DSP_CONTEXT_URL } from '../../domain/dsp.js';
+import { isRfc3339 } from '../../domain/time.js';
 
 const context = Joi.alternatives()
   .try(
@@ -15,6 +16,21 @@ const context = Joi.alternatives()
   .messages({ 'alternatives.match': `must contain ${DSP_CONTEXT_URL}` });
 
 const pid = Joi.string().min(1).max(512);
+
+/**
+ * xsd:dateTime as the DSP schema's pattern has it (the offset optional: then UTC), and a real
+ * instant: an agreement whose timestamp cannot be stored is refused here, not retried later.
+ */
+const XSD_DATE_TIME = /^-?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$/;
+export const agreementInstant = (v: string): Date | null => {
+  if (!XSD_DATE_TIME.test(v)) return null;
+  const zoned = /(Z|[+-]\d{2}:\d{2})$/.test(v) ? v : `${v}Z`;
+  // isRfc3339 also refuses days a month does not have (Date would roll 02-31 over into March).
+  return isRfc3339(zoned) ? new Date(zoned) : null;
+};
+const timestamp = Joi.string()
+  .custom((v: string, h) => (agreementInstant(v) ? v : h.error('any.invalid')))
+  .messages({ 'any.invalid': '{{#label}} must be an xsd:dateTime (e.g. 2025-01-31T12:00:00Z)' });
 const messageOffer = Joi.object({ '@id': Joi.string().min(1).required(), '@type': Joi.string() }).unknown(
   true,
 );
@@ -53,6 +69,7 @@ export const contractAgreementSchema = base('ContractAgreementMessage').keys({
     target: Joi.string().required(),
     assigner: Joi.string().required(),
     assignee: Joi.string().required(),
+    timestamp,
   })
     .unknown(true)
     .required(),

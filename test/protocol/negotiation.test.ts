@@ -249,7 +249,7 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
       await consumer.api.post(`/api/v1/negotiations/${encodeURIComponent(started.body.id)}/accept`),
       409,
       'conflict',
-      'no counter-offer',
+      'no offer to accept',
     );
     expectError(
       await provider.api.post(`/api/v1/negotiations/${encodeURIComponent(theirs.id)}/counter-offer`, {
