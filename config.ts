@@ -32,6 +32,12 @@ export interface Config {
   demoBackendPort: number;
   /** APPROVAL_DEADLINE: how long a contract request waits for an operator's approval. */
   approvalDeadlineMs: number;
+  /** NEGOTIATION_DEADLINE: how long a negotiation waits for the counterparty's next message. */
+  negotiationDeadlineMs: number;
+  /** TRANSFER_TOKEN_TTL: lifetime of a transfer's pull token; null: the data plane's default. */
+  transferTokenTtlMs: number | null;
+  /** DATAPLANE_LEASE_TTL: how long the active data plane instance's lease lasts unrenewed. */
+  dataplaneLeaseTtlMs: number;
   identity: {
     /** CONNECTOR_DID; null: derived from PUBLIC_URL (auth/did.ts). */
     did: string | null;
@@ -69,6 +75,17 @@ const schema = Joi.object({
     .custom((v: string, h) => (parseDurationMs(v) ? v : h.error('any.invalid')))
     .message('"APPROVAL_DEADLINE" must be an ISO 8601 duration with W, D, H, M, S (e.g. P2D, PT30M)')
     .default('P2D'),
+  NEGOTIATION_DEADLINE: Joi.string()
+    .custom((v: string, h) => (parseDurationMs(v) ? v : h.error('any.invalid')))
+    .message('"NEGOTIATION_DEADLINE" must be an ISO 8601 duration with W, D, H, M, S (e.g. P7D, PT1H)')
+    .default('P7D'),
+  TRANSFER_TOKEN_TTL: Joi.string()
+    .custom((v: string, h) => ((parseDurationMs(v) ?? 0) >= 1000 ? v : h.error('any.invalid')))
+    .message('"TRANSFER_TOKEN_TTL" must be an ISO 8601 duration of at least a second (e.g. PT10M)'),
+  DATAPLANE_LEASE_TTL: Joi.string()
+    .custom((v: string, h) => ((parseDurationMs(v) ?? 0) >= 1000 ? v : h.error('any.invalid')))
+    .message('"DATAPLANE_LEASE_TTL" must be an ISO 8601 duration of at least a second (e.g. PT10S)')
+    .default('PT10S'),
   CONNECTOR_DID: Joi.string()
     .pattern(/^did:web:[^\s/?#]+$/)
     .message('"CONNECTOR_DID" must be a did:web DID'),
@@ -109,6 +126,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     demoBackend: v.DEMO_BACKEND,
     demoBackendPort: v.DEMO_BACKEND_PORT,
     approvalDeadlineMs: parseDurationMs(v.APPROVAL_DEADLINE)!,
+    negotiationDeadlineMs: parseDurationMs(v.NEGOTIATION_DEADLINE)!,
+    transferTokenTtlMs: v.TRANSFER_TOKEN_TTL ? parseDurationMs(v.TRANSFER_TOKEN_TTL)! : null,
+    dataplaneLeaseTtlMs: parseDurationMs(v.DATAPLANE_LEASE_TTL)!,
     identity: {
       did: v.CONNECTOR_DID ?? null,
       keyEncryptionKey: v.KEY_ENCRYPTION_KEY ?? null,

@@ -18,7 +18,7 @@ import {
   bundleWorkflowCode,
 } from '@temporalio/worker';
 import { createDb, migrateLatest, type Db } from './db/knex.js';
-import { createApp } from './api/app.js';
+import { createApp, type SurfaceProfile } from './api/app.js';
 import type { Services } from './api/services.js';
 import { DSP_BASE_PATH } from './domain/dsp.js';
 import { DEFAULT_DELIVERY_RETRY } from './domain/outbox.js';
@@ -33,6 +33,9 @@ import {
   type ConnectorIdentity,
   type ConnectorTrust,
 } from './auth/identity.js';
+import { signingKey } from './auth/keys.js';
+import { answerSigner } from './gateway/signatures.js';
+import { startDataPlaneRuntime, type DataPlaneRuntime } from './gateway/dataplane/runtime.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const version = (
@@ -97,6 +100,8 @@ export interface StartOptions {
   logger?: Logger;
   /** A prebuilt workflow bundle (tests bundle once for the whole run). */
   workflowBundle?: WorkflowBundleOption;
+  /** A test profile's additions to the HTTP surface (tck/run.ts passes the DSP TCK's); never in production. */
+  profile?: SurfaceProfile;
 }
 
 export interface RunningConnector {
@@ -160,6 +165,9 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         : { workflowBundle: await bundleWorkflows() }),
       activities: createActivities({
         db,
+        ...(config.transferTokenTtlMs
+          ? { transferTokenTtlSeconds: Math.round(config.transferTokenTtlMs / 1000) }
+          : {}),
         authorize: async (m) => ({
           authorization: `Bearer ${await identity.issueToken(m.counterparty_did)}`,
         }),
@@ -167,6 +175,19 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     });
     workerRun = worker.run().finally(() => nativeConnection.close());
     workerRun.catch((err: unknown) => logger.error({ err }, 'worker stopped'));
+  }
+
+  // The data plane serves with the API role: lease, request log, signed answers.
+  let dataplane: DataPlaneRuntime | undefined;
+  if (server) {
+    dataplane = await startDataPlaneRuntime({
+      db,
+      databaseUrl: options.databaseUrl,
+      logger,
+      leaseTtlMs: config.dataplaneLeaseTtlMs,
+      signAnswer: answerSigner({ did: identity.did, key: signingKey(keys) }),
+      resolver: trust.resolver,
+    });
   }
 
   if (server) {
@@ -181,6 +202,8 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         publicUrl: url,
         dspAddress: `${url}${DSP_BASE_PATH}`,
         approvalTimeoutMs: config.approvalDeadlineMs,
+        responseTimeoutMs: config.negotiationDeadlineMs,
+        allowLoopbackPeers: config.identity.didWebAllowHttp,
         deliveryRetry: DEFAULT_DELIVERY_RETRY,
       },
       authority: trust.authority,
@@ -210,7 +233,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
           return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
         },
       },
-      { identity, trust },
+      { identity, trust, profile: options.profile, dataplane },
     );
     handleRequest = app.callback();
   }
@@ -234,6 +257,8 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         await closed;
         clearTimeout(force);
       }
+      // After the server: requests in flight were answered by an active instance.
+      await dataplane?.stop();
       if (worker) {
         if (worker.getState() === 'RUNNING') worker.shutdown();
         await workerRun;

@@ -22,6 +22,12 @@ import type { ConnectorTrust } from '../auth/identity.js';
 import type { PolicyContext } from '../domain/policy-evaluation.js';
 import { negotiationRoutes } from './management/negotiations.js';
 import { outboxRoutes } from './management/outbox.js';
+import { transferRoutes } from './management/transfers.js';
+import { connectionRoutes } from './management/connections.js';
+import { dataPlaneRouter } from '../gateway/dataplane/router.js';
+import { gatewayRouter } from '../gateway/router.js';
+import { settingRoutes } from './management/settings.js';
+import type { DataPlaneRuntime } from '../gateway/dataplane/runtime.js';
 
 /** What the policies of an offer are evaluated against for an authenticated peer. */
 function peerPolicyContext(ctx: Koa.Context): Promise<PolicyContext> {
@@ -114,6 +120,9 @@ export function managementRouter(services: Services): { router: Router; registry
     ...evidenceRoutes(services),
     ...negotiationRoutes(services),
     ...outboxRoutes(services),
+    ...transferRoutes(services),
+    ...connectionRoutes(services),
+    ...settingRoutes(services),
   ]);
   const document = buildOpenApi([registry], { version: services.version });
   router.get('/openapi.json', function openApiDocument(ctx) {
@@ -142,6 +151,17 @@ export interface ConnectorSurfaces {
   identity?: { did: string; didDocument: DidDocument };
   /** What checks calls from other connectors; without it the protocol endpoints are not served. */
   trust?: Pick<ConnectorTrust, 'verifyConnectorToken' | 'authority'>;
+  /** A test profile's additions (the DSP TCK's, tck/profile; docs/decisions/0005); never set in production. */
+  profile?: SurfaceProfile;
+  /** Lease, request log, answer signing and checking of the data plane and gateway (main.ts). */
+  dataplane?: DataPlaneRuntime;
+}
+
+/** What a test profile may add: an authentication in front of the standard one, and its own routes. */
+export interface SurfaceProfile {
+  /** Wraps the standard peer authentication; every caller it does not recognise must go through `standard`. */
+  wrapPeerAuthentication?(standard: Koa.Middleware): Koa.Middleware;
+  router?: Router;
 }
 
 export function createApp(services: Services, readiness: Readiness, surfaces: ConnectorSurfaces = {}): Koa {
@@ -168,13 +188,17 @@ export function createApp(services: Services, readiness: Readiness, surfaces: Co
 
   app.use(versionRouter().routes());
   if (trust) {
-    const authenticatePeer = requireConnector({
+    const standard = requireConnector({
       ourDid: services.connector.did,
       verify: trust.verifyConnectorToken,
       authority: trust.authority,
     });
+    const authenticatePeer = surfaces.profile?.wrapPeerAuthentication?.(standard) ?? standard;
     app.use(protocolRouter(services, { authenticatePeer, policyContext: peerPolicyContext }).routes());
   }
+  if (surfaces.profile?.router) app.use(surfaces.profile.router.routes());
+  app.use(dataPlaneRouter(services, surfaces.dataplane).routes());
+  app.use(gatewayRouter(services, surfaces.dataplane).routes());
 
   // Anything else: the management error shape, so that callers always get a JSON error.
   app.use(function unknownRoute(ctx) {

@@ -25,5 +25,9 @@ export interface ConnectorSettings {
   dspAddress: string;
   /** How long a request waits for an operator's approval. */
   approvalTimeoutMs: number;
+  /** How long a negotiation waits for the counterparty's next message (NEGOTIATION_DEADLINE). */
+  responseTimeoutMs?: number;
+  /** DID_WEB_ALLOW_HTTP: loopback peers (DIDs and callback addresses) are accepted, for local runs. */
+  allowLoopbackPeers?: boolean;
   deliveryRetry: DeliveryRetry;
 }

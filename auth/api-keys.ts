@@ -4,7 +4,7 @@
  * same answer (security.md §1.5).
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { ApiKeyStore, ApiKeyRecord } from '../db/api-keys.js';
+import type { ApiKeyStore, ApiKeyRecord, ApiKeyScope } from '../db/api-keys.js';
 import type { Role } from './roles.js';
 
 const KEY_PATTERN = /^plk_([a-z0-9]{12})_([0-9a-f]{48})$/;
@@ -19,7 +19,7 @@ function newKeyId(): string {
 
 export async function createApiKey(
   store: ApiKeyStore,
-  input: { name: string; role: Role; scopes?: string[] },
+  input: { name: string; role: Role; scopes?: string[]; scope?: ApiKeyScope },
 ): Promise<{ record: ApiKeyRecord; key: string }> {
   const id = newKeyId();
   const secret = randomBytes(24).toString('hex');
@@ -28,6 +28,7 @@ export async function createApiKey(
     name: input.name,
     role: input.role,
     scopes: input.scopes ?? [],
+    scope: input.scope ?? 'management',
     secret_hash: hashSecret(secret),
   });
   return { record, key: `plk_${id}_${secret}` };

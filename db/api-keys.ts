@@ -2,11 +2,16 @@ import type { Db } from './knex.js';
 import { pageBySeq, type PageRequest } from './paging.js';
 import { toRfc3339 } from '../domain/time.js';
 
+export const API_KEY_SCOPES = ['management', 'gateway'] as const;
+export type ApiKeyScope = (typeof API_KEY_SCOPES)[number];
+
 export interface ApiKeyRecord {
   id: string;
   name: string;
   role: string;
   scopes: string[];
+  /** `management` keys call /api/v1; `gateway` keys call /gateway only (applications). */
+  scope: ApiKeyScope;
   created_at: string;
   last_used_at: string | null;
   revoked_at: string | null;
@@ -25,6 +30,7 @@ const toRecord = (r: Row): ApiKeyRecord => ({
   name: r.name,
   role: r.role,
   scopes: r.scopes,
+  scope: r.scope,
   created_at: toRfc3339(r.created_at),
   last_used_at: r.last_used_at ? toRfc3339(r.last_used_at) : null,
   revoked_at: r.revoked_at ? toRfc3339(r.revoked_at) : null,
@@ -32,7 +38,14 @@ const toRecord = (r: Row): ApiKeyRecord => ({
 
 export function apiKeyStore(db: Db) {
   return {
-    async insert(key: { id: string; name: string; role: string; scopes: string[]; secret_hash: string }) {
+    async insert(key: {
+      id: string;
+      name: string;
+      role: string;
+      scopes: string[];
+      scope: ApiKeyScope;
+      secret_hash: string;
+    }) {
       const [row] = (await db('api_keys').insert(key).returning('*')) as Row[];
       return toRecord(row!);
     },

@@ -1,4 +1,8 @@
-/** API keys for management callers (admin only). The secret is shown once, at creation. */
+/**
+ * API keys (admin only). The secret is shown once, at creation. A key's scope says which
+ * surface it opens: `management` (/api/v1, by role) or `gateway` (applications reading
+ * buildings through /gateway; their connections say which ones). Neither opens the other.
+ */
 import Joi from 'joi';
 import { route } from '../routes.js';
 import type { Services } from '../services.js';
@@ -7,7 +11,7 @@ import { dateTime } from '../validation.js';
 import { notFound } from '../../domain/errors.js';
 import { ROLES, type Role } from '../../auth/roles.js';
 import { createApiKey } from '../../auth/api-keys.js';
-import { apiKeyStore } from '../../db/api-keys.js';
+import { API_KEY_SCOPES, apiKeyStore, type ApiKeyScope } from '../../db/api-keys.js';
 
 const keyOutput = Joi.object({
   id: Joi.string().required(),
@@ -16,6 +20,9 @@ const keyOutput = Joi.object({
     .valid(...ROLES)
     .required(),
   scopes: Joi.array().items(Joi.string()),
+  scope: Joi.string()
+    .valid(...API_KEY_SCOPES)
+    .required(),
   created_at: dateTime(),
   last_used_at: dateTime().allow(null),
   revoked_at: dateTime().allow(null),
@@ -24,7 +31,7 @@ const keyOutput = Joi.object({
 export function apiKeyRoutes(services: Services) {
   const keys = apiKeyStore(services.db);
   return [
-    route<never, never, { name: string; role: Role }>({
+    route<never, never, { name: string; role?: Role; scope: ApiKeyScope }>({
       method: 'post',
       path: '/api-keys',
       summary: 'Create an API key; the key itself is in this answer only',
@@ -32,14 +39,23 @@ export function apiKeyRoutes(services: Services) {
       role: 'admin',
       body: Joi.object({
         name: Joi.string().trim().min(1).max(200).required(),
+        scope: Joi.string()
+          .valid(...API_KEY_SCOPES)
+          .default('management')
+          .description('management (the default) or gateway (an application key)'),
+        // A gateway key has no management role; it is stored as viewer and opens nothing here.
         role: Joi.string()
           .valid(...ROLES)
-          .required(),
+          .when('scope', { is: 'gateway', then: Joi.optional(), otherwise: Joi.required() }),
       }),
       response: keyOutput.keys({ key: Joi.string().required() }),
       status: 201,
       async handler({ body }) {
-        const { record, key } = await createApiKey(keys, { name: body.name, role: body.role });
+        const { record, key } = await createApiKey(keys, {
+          name: body.name,
+          role: body.role ?? 'viewer',
+          scope: body.scope,
+        });
         return { ...record, key };
       },
     }),

@@ -8,12 +8,10 @@ import type { Services } from '../services.js';
 import type { OfferRecord } from '../../db/offers.js';
 import { policyStore } from '../../db/policies.js';
 import { productStore, type ProductRecord } from '../../db/products.js';
-import { DSP_CONTEXT_URL } from '../../domain/dsp.js';
-import { PL_POLICY_NAMESPACE, toOdrl } from '../../domain/policy.js';
+import { DSP_CONTEXT_URL, buildingDataContextUrl, messageContext } from '../../domain/dsp.js';
+import { toOdrl } from '../../domain/policy.js';
 import { permits, type PolicyContext } from '../../domain/policy-evaluation.js';
 import { catalogRequestSchema } from './schemas.js';
-
-const CATALOG_CONTEXT = [DSP_CONTEXT_URL, { pl: PL_POLICY_NAMESPACE }];
 
 export class CatalogError extends Error {
   constructor(
@@ -38,6 +36,8 @@ export function catalogRoutes(
   policyContext: (ctx: Koa.Context) => Promise<PolicyContext>,
 ) {
   const { db } = services;
+  // DSP's context, then ours (its `pl:` terms): URLs only, as the 2025-1 schemas require.
+  const catalogContext = messageContext(buildingDataContextUrl(services.connector.publicUrl));
   const dataService = () => ({
     '@id': `${services.connector.dspAddress}#dsp`,
     '@type': 'DataService',
@@ -50,13 +50,13 @@ export function catalogRoutes(
       const contract = await policyStore(db).get(offer.contract_policy_id);
       if (!contract) continue;
       const odrl = toOdrl(offer.id, contract);
-      hasPolicy.push({
-        '@id': offer.id,
-        '@type': 'Offer',
-        permission: odrl.permission,
-        prohibition: odrl.prohibition,
-        obligation: odrl.obligation,
-      });
+      // A rule list, when present, has at least one rule (ODRL and the DSP schemas).
+      const rules = Object.fromEntries(
+        (['permission', 'prohibition', 'obligation'] as const)
+          .map((key) => [key, odrl[key]] as const)
+          .filter(([, list]) => Array.isArray(list) && list.length > 0),
+      );
+      hasPolicy.push({ '@id': offer.id, '@type': 'Offer', ...rules });
     }
     return {
       '@id': product.id,
@@ -97,7 +97,7 @@ export function catalogRoutes(
       if (product) datasets.push(await dataset(product, offers));
     }
     ctx.body = {
-      '@context': CATALOG_CONTEXT,
+      '@context': catalogContext,
       '@id': `${services.connector.dspAddress}#catalog`,
       '@type': 'Catalog',
       participantId: services.connector.did,
@@ -111,6 +111,6 @@ export function catalogRoutes(
     const offers = (await visible(ctx, id)).get(id);
     const product = offers ? await productStore(db).get(id) : undefined;
     if (!product || !offers) throw new CatalogError(404, 'not_found', [`no dataset ${id}`]);
-    ctx.body = { '@context': CATALOG_CONTEXT, ...(await dataset(product, offers)) };
+    ctx.body = { '@context': catalogContext, ...(await dataset(product, offers)) };
   });
 }

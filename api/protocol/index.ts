@@ -6,17 +6,26 @@ import Router from '@koa/router';
 import type Koa from 'koa';
 import { jsonBodies } from '../middleware/json-body.js';
 import type { Services } from '../services.js';
-import { DSP_BASE_PATH, DSP_VERSION } from '../../domain/dsp.js';
+import { BUILDING_DATA_CONTEXT_PATH, DSP_BASE_PATH, DSP_VERSION } from '../../domain/dsp.js';
+import buildingDataContext from './contexts/building-data-v1.json' with { type: 'json' };
 import type { PolicyContext } from '../../domain/policy-evaluation.js';
 import { ProtocolAuthError } from '../middleware/connector-auth.js';
 import { CatalogError, catalogErrorBody, catalogRoutes } from './catalog.js';
 import { DspError, dspErrors, dspNegotiationRoutes } from './negotiations.js';
+import { dspTransferRoutes, transferErrors } from './transfers.js';
+import { agreementErrors, dspAgreementRoutes } from './agreements.js';
 
 export function versionRouter(): Router {
   const router = new Router();
   // Unversioned and unauthenticated (DSP common protocol).
   router.get('/.well-known/dspace-version', function dspaceVersion(ctx) {
     ctx.body = { protocolVersions: [{ version: DSP_VERSION, path: DSP_BASE_PATH, binding: 'HTTPS' }] };
+  });
+  // Our JSON-LD context, named in the messages that carry our terms (domain/dsp.ts).
+  router.get(BUILDING_DATA_CONTEXT_PATH, function buildingDataContextDocument(ctx) {
+    ctx.type = 'application/ld+json';
+    ctx.set('cache-control', 'public, max-age=86400');
+    ctx.body = buildingDataContext;
   });
   return router;
 }
@@ -60,6 +69,8 @@ export function protocolRouter(
   const router = new Router({ prefix: DSP_BASE_PATH });
   router.use(dspErrors(services.logger));
   router.use(catalogErrors());
+  router.use(transferErrors());
+  router.use(agreementErrors());
   router.use(refusalsInProtocolShape(options.authenticatePeer));
   router.use(
     jsonBodies((err) => {
@@ -68,5 +79,7 @@ export function protocolRouter(
   );
   catalogRoutes(router, services, options.policyContext);
   dspNegotiationRoutes(router, services, options.policyContext);
+  dspTransferRoutes(router, services);
+  dspAgreementRoutes(router, services);
   return router;
 }

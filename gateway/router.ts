@@ -1,0 +1,425 @@
+/**
+ * The consumer gateway: `/gateway/{alias}/v1/buildings/{building_id}/...` for applications
+ * holding a gateway-scope API key. It finds the connection's running transfer and forwards the
+ * request to the provider's data plane with the transfer's bearer token; the data plane
+ * enforces the agreement.
+ *
+ * Every failure is an ErrorResponse (gateway/errors.ts). Our own refusals carry
+ * `PL-Error-Origin: gateway`; refusals of the provider's data plane or of the holder's backend
+ * are passed on in the same shape with their own origin, rebuilt field by field.
+ *
+ * When the connection's agreement requires signed requests (judged from our own copy of the
+ * agreement), the request is recorded as evidence before it leaves, the answer's signature is
+ * checked against the provider's DID document (gateway/signatures.ts) and the answer is
+ * recorded before the application sees it.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import Router from '@koa/router';
+import type { Context, Next } from 'koa';
+import { Agent, request } from 'undici';
+import type { Services } from '../api/services.js';
+import { authenticate, type Caller } from '../api/middleware/authenticate.js';
+import { jsonBodies } from '../api/middleware/json-body.js';
+import { apiKeyStore } from '../db/api-keys.js';
+import { findConnectionApp, findGatewayRoute, type GatewayRoute } from '../db/connections.js';
+import { requestSegments } from '../domain/path-patterns.js';
+import { consumerAgreementPolicy } from '../db/dataplane.js';
+import { evidenceStore } from '../db/evidence.js';
+import { endpointProperty } from './dataplane/access.js';
+import { agreementActions } from './dataplane/coverage.js';
+import type { DataPlaneRuntime } from './dataplane/runtime.js';
+import {
+  AnswerSignatureError,
+  NONCE_HEADER,
+  SIGNATURE_HEADER,
+  verifyAnswer,
+  type AnsweredRequest,
+} from './signatures.js';
+import { describeNetworkError, readCapped, MAX_ANSWER_BYTES } from './dataplane/upstream.js';
+import {
+  ERROR_ORIGINS,
+  ERROR_ORIGIN_HEADER,
+  GatewayError,
+  buildingErrors,
+  durationFromSeconds,
+  readErrorResponse,
+  upstreamUnavailable,
+  type ErrorOrigin,
+} from './errors.js';
+
+export const GATEWAY_BASE_PATH = '/gateway';
+
+/** Outermost budget: longer than the data plane's own (which is longer than the backend's). */
+export const DATAPLANE_TIMEOUTS = { connect: 3_000, headers: 20_000, total: 25_000 };
+
+const dispatcher = new Agent({
+  connect: { timeout: DATAPLANE_TIMEOUTS.connect },
+  headersTimeout: DATAPLANE_TIMEOUTS.headers,
+  bodyTimeout: DATAPLANE_TIMEOUTS.total,
+  connections: 64,
+  pipelining: 1,
+  keepAliveTimeout: 4_000,
+  maxResponseSize: MAX_ANSWER_BYTES,
+});
+
+/** The read routes of the platform protocol; anything else read is an unknown route. */
+const READ_ROUTES = new Set(['points', 'points/values']);
+const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+interface GatewayState {
+  buildingId?: string;
+  caller?: Caller;
+}
+
+interface Forwarded {
+  status: number;
+  body: Buffer;
+  origin: string | null;
+  retryAfterSeconds: number | undefined;
+  /** The PL-Evidence header, when the data plane signed its answer. */
+  signature: string | undefined;
+  /** What the answer's signature must be bound to. */
+  request: Omit<AnsweredRequest, 'agreementId' | 'status'>;
+}
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('base64url');
+
+/** Agreements never change: whether one requires signed requests is remembered (bounded). */
+const MAX_REMEMBERED_AGREEMENTS = 10_000;
+
+function callerGone(ctx: Context): AbortSignal {
+  const controller = new AbortController();
+  ctx.res.once('close', () => {
+    if (!ctx.res.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): Router {
+  const { db, logger } = services;
+  const evidence = evidenceStore(db);
+  const router = new Router({ prefix: GATEWAY_BASE_PATH });
+  router.use(buildingErrors(logger, 'gateway'));
+
+  const signedAgreements = new Map<string, boolean>();
+  async function requiresSignedAnswers(agreementId: string | null): Promise<boolean> {
+    if (!agreementId) return false;
+    const known = signedAgreements.get(agreementId);
+    if (known !== undefined) return known;
+    const policy = await consumerAgreementPolicy(db, agreementId);
+    const signed = policy ? agreementActions(policy).signedRequests : false;
+    if (signedAgreements.size >= MAX_REMEMBERED_AGREEMENTS) signedAgreements.clear();
+    signedAgreements.set(agreementId, signed);
+    return signed;
+  }
+
+  const evidenceUnavailable = (what: string, cause: unknown) =>
+    new GatewayError(
+      'evidence_unavailable',
+      `the ${what} could not be recorded as evidence, which this connection's agreement requires; try again`,
+      { cause },
+    );
+
+  const BUILDING_ROUTE = '/:alias/v1/buildings/:building_id/{*rest}';
+
+  /** Who asks, on which connection, and whether the application may do it. */
+  async function authorizeApp(ctx: Context, next: Next) {
+    const { alias } = ctx.params as { alias: string };
+    const caller = (ctx.state as GatewayState).caller;
+    if (!caller)
+      throw new GatewayError(
+        'unauthenticated',
+        'a gateway API key is required (Authorization: Bearer <key>)',
+      );
+    // An unknown alias and a connection this application may not use look the same.
+    const app = await findConnectionApp(db, alias, caller.id);
+    if (!app) throw new GatewayError('forbidden', `this application may not use connection '${alias}'`);
+    if (WRITE_METHODS.has(ctx.method) && app.access !== 'read_write')
+      throw new GatewayError('forbidden', `this application may only read through connection '${alias}'`);
+    await next();
+  }
+
+  function addressedBuilding(ctx: Context, next: Next) {
+    (ctx.state as GatewayState).buildingId = (ctx.params as { building_id: string }).building_id;
+    return next();
+  }
+
+  /** The connection's transfer must be running, with a token that has not run out. */
+  function activeAddress(route: GatewayRoute | null, alias: string) {
+    const address = route?.dataAddress;
+    if (!route || route.transferState !== 'STARTED' || !address) {
+      const why = !route?.transferId
+        ? 'it has no transfer yet'
+        : `its transfer is ${route.transferState ?? 'unknown'}`;
+      throw upstreamUnavailable(`connection '${alias}' is not active (${why})`, true);
+    }
+    const token = endpointProperty(address, 'authorization');
+    const expiresAt = Date.parse(endpointProperty(address, 'expiresAt') ?? '');
+    if (!token || !(expiresAt > Date.now()))
+      throw upstreamUnavailable(
+        `the access token of connection '${alias}' expired and renewing it failed`,
+        true,
+      );
+    return { endpoint: address.endpoint.replace(/\/+$/, ''), token };
+  }
+
+  async function forward(
+    ctx: Context,
+    target: { endpoint: string; token: string },
+    path: string,
+    body: Buffer | undefined,
+  ): Promise<Forwarded> {
+    const url = `${target.endpoint}/${path}${ctx.querystring ? `?${ctx.querystring}` : ''}`;
+    // The target as it goes on the wire (undici sends the parsed URL's path and query).
+    const sent = new URL(url);
+    const bound = {
+      nonce: randomBytes(16).toString('base64url'),
+      method: ctx.method,
+      target: `${sent.pathname.slice(new URL(target.endpoint).pathname.replace(/\/+$/, '').length + 1)}${sent.search}`,
+    };
+    const controller = new AbortController();
+    const signal = AbortSignal.any([
+      controller.signal,
+      AbortSignal.timeout(DATAPLANE_TIMEOUTS.total),
+      callerGone(ctx),
+    ]);
+    try {
+      const res = await request(url, {
+        method: ctx.method as 'GET',
+        headers: {
+          authorization: `Bearer ${target.token}`,
+          accept: 'application/json',
+          'accept-encoding': 'identity',
+          'x-request-id': String(ctx.state.requestId),
+          [NONCE_HEADER.toLowerCase()]: bound.nonce,
+          ...(body ? { 'content-type': 'application/json' } : {}),
+        },
+        ...(body ? { body } : {}),
+        dispatcher,
+        signal,
+      });
+      if (Number(res.headers['content-length'] ?? NaN) > MAX_ANSWER_BYTES) {
+        controller.abort();
+        res.body.destroy();
+        throw upstreamUnavailable("the provider's data plane answered more than 16 MiB", false);
+      }
+      const bytes = await readCapped(res.body, () => controller.abort(), "the provider's data plane");
+      const origin = res.headers[ERROR_ORIGIN_HEADER.toLowerCase()];
+      const retryAfter = Number(res.headers['retry-after']);
+      const signature = res.headers[SIGNATURE_HEADER.toLowerCase()];
+      return {
+        status: res.statusCode,
+        body: bytes,
+        origin: typeof origin === 'string' ? origin : null,
+        retryAfterSeconds: Number.isFinite(retryAfter) ? retryAfter : undefined,
+        signature: typeof signature === 'string' ? signature : undefined,
+        request: bound,
+      };
+    } catch (err) {
+      if (err instanceof GatewayError) throw err;
+      throw upstreamUnavailable(`the provider's data plane ${describeNetworkError(err)}`, true, {
+        cause: err,
+      });
+    }
+  }
+
+  function errorCodeOf(answer: Forwarded): string | undefined {
+    try {
+      return readErrorResponse(JSON.parse(answer.body.toString('utf8')))?.error.code;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** A refusal of the data plane (or, through it, of the backend) in the same shape, rebuilt. */
+  function passedOn(answer: Forwarded): GatewayError {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(answer.body.toString('utf8'));
+    } catch {
+      parsed = undefined;
+    }
+    const read = readErrorResponse(parsed);
+    const serverSide = answer.status >= 500;
+    if (!read)
+      return upstreamUnavailable(
+        `the provider's data plane answered ${answer.status} without an error body`,
+        serverSide,
+      );
+    const origin: ErrorOrigin = (ERROR_ORIGINS as readonly string[]).includes(answer.origin ?? '')
+      ? (answer.origin as ErrorOrigin)
+      : 'dataplane';
+    const { error } = read;
+    const retryAfter =
+      error.retry_after ??
+      (answer.retryAfterSeconds !== undefined ? durationFromSeconds(answer.retryAfterSeconds) : undefined);
+    return new GatewayError(error.code, error.message, {
+      status: answer.status >= 400 && answer.status <= 599 ? answer.status : 502,
+      retryable: error.retryable ?? serverSide,
+      ...(error.target ? { target: error.target } : {}),
+      ...(retryAfter ? { retryAfter } : {}),
+      ...(error.details ? { details: error.details } : {}),
+      // The gateway itself never answers as `dataplane` or `backend`.
+      origin: origin === 'gateway' ? 'dataplane' : origin,
+    });
+  }
+
+  router.register(
+    BUILDING_ROUTE,
+    ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
+    [
+      addressedBuilding,
+      authenticate(apiKeyStore(db), 'gateway'),
+      authorizeApp,
+      requireJsonBody,
+      jsonBodies(),
+      relay,
+    ],
+  );
+
+  /** A write's body, when it has one, must be JSON. */
+  async function requireJsonBody(ctx: Context, next: Next) {
+    const hasBody = Number(ctx.get('content-length') || 0) > 0 || ctx.get('transfer-encoding') !== '';
+    if (hasBody && !ctx.is('application/json', '+json'))
+      throw new GatewayError(
+        'invalid_request',
+        'the request body must be JSON (Content-Type: application/json)',
+        {
+          status: 415,
+        },
+      );
+    await next();
+  }
+
+  async function relay(ctx: Context) {
+    const { alias, building_id: buildingId } = ctx.params as { alias: string; building_id: string };
+    // The path below the building, as sent (not decoded), checked strictly.
+    const marker = `/v1/buildings/`;
+    const rest = ctx.path
+      .slice(ctx.path.indexOf(marker) + marker.length)
+      .split('/')
+      .slice(1)
+      .join('/');
+    if (rest === '' || requestSegments(rest) === null)
+      throw new GatewayError('not_found', `no route ${ctx.method} ${ctx.path}`);
+    if (ctx.method === 'GET' && !READ_ROUTES.has(rest))
+      throw new GatewayError('not_found', `no route ${ctx.method} ${ctx.path}`);
+
+    const parsed = (ctx.request as { body?: unknown }).body;
+    const body =
+      WRITE_METHODS.has(ctx.method) && parsed !== undefined && Object.keys(parsed as object).length > 0
+        ? Buffer.from(JSON.stringify(parsed))
+        : undefined;
+    const path = `buildings/${encodeURIComponent(buildingId)}/${rest}`;
+
+    let route = await findGatewayRoute(db, alias);
+    let target = activeAddress(route, alias);
+    const signed = await requiresSignedAnswers(route!.agreementId);
+    const processId = route!.transferId ?? route!.agreementId!;
+    if (signed) {
+      try {
+        await evidence.append({
+          kind: 'gateway.request',
+          process_id: processId,
+          payload: {
+            alias,
+            agreement_id: route!.agreementId,
+            application: (ctx.state as GatewayState).caller?.id ?? null,
+            request_id: String(ctx.state.requestId),
+            method: ctx.method,
+            path: `${path}${ctx.querystring ? `?${ctx.querystring}` : ''}`,
+            ...(body ? { body_sha256: sha256(body) } : {}),
+          },
+        });
+      } catch (err) {
+        logger.error({ err, alias }, 'gateway: cannot record a request as evidence');
+        throw evidenceUnavailable('request', err);
+      }
+    }
+    let answer = await forward(ctx, target, path, body);
+    if (answer.status === 401 && ctx.method === 'GET') {
+      // The connection's token may have been renewed while this request was on its way.
+      route = await findGatewayRoute(db, alias);
+      const again = activeAddress(route, alias);
+      if (again.token !== target.token) {
+        target = again;
+        answer = await forward(ctx, target, path, body);
+      }
+    }
+    if (signed) await checkSignedAnswer(ctx, answer, route!, processId);
+    if (answer.status < 200 || answer.status > 299) throw passedOn(answer);
+    ctx.status = answer.status;
+    if (answer.body.length > 0) {
+      ctx.type = 'application/json';
+      ctx.body = answer.body;
+    }
+  }
+
+  /**
+   * A signed-request connection: the answer must carry the provider's valid signature, bound
+   * to this request, and is recorded before the application sees it. The two refusals a data
+   * plane gives before it knows the agreement (401 for the token, 503 standby) carry no data
+   * and cannot be signed; they pass unsigned.
+   */
+  async function checkSignedAnswer(ctx: Context, answer: Forwarded, route: GatewayRoute, processId: string) {
+    if (answer.status === 401 || (answer.status === 503 && errorCodeOf(answer) === 'standby')) return;
+    const request = { ...answer.request, agreementId: route.agreementId!, status: answer.status };
+    let verified: { kid: string; signature: string };
+    try {
+      if (!runtime) throw new AnswerSignatureError('this instance cannot check signatures');
+      if (!route.providerDid) throw new AnswerSignatureError('the connection does not name its provider');
+      verified = await verifyAnswer({
+        header: answer.signature,
+        body: answer.body,
+        providerDid: route.providerDid,
+        request,
+        resolver: runtime.resolver,
+      });
+    } catch (err) {
+      if (!(err instanceof AnswerSignatureError)) throw err;
+      logger.warn({ alias: route.alias, reason: err.message }, 'gateway: answer refused, no valid signature');
+      // Kept as evidence too when possible: a refused answer may matter in a dispute.
+      await evidence
+        .append({
+          kind: 'gateway.answer_refused',
+          process_id: processId,
+          payload: {
+            request_id: String(ctx.state.requestId),
+            nonce: request.nonce,
+            status: answer.status,
+            body_sha256: sha256(answer.body),
+            signature: answer.signature ?? null,
+            reason: err.message,
+          },
+        })
+        .catch(() => undefined);
+      throw upstreamUnavailable(
+        `the provider's data plane answer has no valid signature (${err.message})`,
+        false,
+        { status: 502 },
+      );
+    }
+    try {
+      await evidence.append({
+        kind: 'gateway.answer',
+        process_id: processId,
+        payload: {
+          request_id: String(ctx.state.requestId),
+          nonce: request.nonce,
+          status: answer.status,
+          body_sha256: sha256(answer.body),
+          kid: verified.kid,
+          signature: verified.signature,
+        },
+      });
+    } catch (err) {
+      logger.error({ err, alias: route.alias }, 'gateway: cannot record an answer as evidence');
+      throw evidenceUnavailable('answer', err);
+    }
+  }
+
+  router.all('/{*rest}', function unknownGatewayRoute(ctx) {
+    throw new GatewayError('not_found', `no route ${ctx.method} ${ctx.path}`);
+  });
+  return router;
+}

@@ -1,0 +1,97 @@
+/** Messages of the transfer and agreement-termination workflows, shared by the workflows and the API. */
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type { Party } from '../domain/negotiation.js';
+import type { TransferAction, TransferMessage, TransferState } from '../domain/transfer.js';
+import type { DeliveryRetry } from '../domain/outbox.js';
+
+export interface TransferInput {
+  role: Party;
+  /** Our process id: the providerPid as provider, the consumerPid as consumer. */
+  id: string;
+  consumerPid: string;
+  providerPid: string | null;
+  agreementId: string;
+  datasetId: string | null;
+  format: string;
+  ourDid: string;
+  /** Our DSP base address (what we give as callbackAddress). */
+  ourAddress: string;
+  counterpartyDid: string;
+  /** The provider's DSP base (consumer) or the consumer's callback address (provider). */
+  counterpartyAddress: string;
+  /** Consumer: the connection this transfer serves. */
+  connectionAlias: string | null;
+  /** Provider: our data plane base (`{publicUrl}/dataplane/v1`), where pull tokens are valid. */
+  dataplaneEndpoint: string | null;
+  retry: DeliveryRetry;
+}
+
+export interface InboundTransferMessage {
+  kind: TransferMessage;
+  body: Record<string, unknown>;
+  /** The message's @id, when it has one: a repeated message is answered without a second effect. */
+  messageId: string | null;
+  evidenceId: string | null;
+}
+
+export interface TransferAck {
+  state: TransferState;
+  providerPid: string | null;
+  consumerPid: string;
+}
+
+export interface TransferDecision {
+  action: TransferAction;
+  by: string;
+  reason: string | null;
+}
+
+/** The agreement this transfer runs under has ended: the transfer ends without a message of its own. */
+export interface AgreementEnded {
+  endedBy: Party;
+  reason: string | null;
+}
+
+/** Failure type the API maps to answers: illegal transition (DSP 400 / management 409). */
+export const ILLEGAL_TRANSFER_TRANSITION = 'IllegalTransition';
+/** Activity failure types the workflows act on. */
+export const AGREEMENT_ENDED = 'AgreementEnded';
+export const RENEWAL_REFUSED = 'RenewalRefused';
+
+export const transferMessageUpdate = defineUpdate<TransferAck, [InboundTransferMessage]>('transferMessage');
+export const transferDecisionUpdate = defineUpdate<TransferAck, [TransferDecision]>('transferDecision');
+/** Answers once the transfer's read model exists (the API starts a consumer transfer with it). */
+export const transferStartedUpdate = defineUpdate<TransferAck>('transferStarted');
+export const agreementEndedSignal = defineSignal<[AgreementEnded]>('agreementEnded');
+export const transferAckQuery = defineQuery<TransferAck>('transferAck');
+
+export interface AgreementTerminationInput {
+  agreementId: string;
+  /** Our role in the agreement. */
+  role: Party;
+  counterpartyDid: string;
+  /** The counterparty's DSP base (where its `/agreements/{id}/termination` is). */
+  counterpartyAddress: string | null;
+  retry: DeliveryRetry;
+}
+
+export interface EndAgreement {
+  /** Whether we end it (and tell the counterparty) or the counterparty told us. */
+  by: 'us' | 'counterparty';
+  code: string;
+  reason: string | null;
+  /** Who asked, for the evidence: an operator, or the counterparty's DID. */
+  actor: string;
+  /** The counterparty's message as evidence, when it told us. */
+  evidenceId: string | null;
+}
+
+export interface AgreementEndAck {
+  agreementId: string;
+  endedAt: string;
+  endedBy: Party;
+  /** Transfers under the agreement that this ending stopped. */
+  transfers: string[];
+}
+
+export const endAgreementUpdate = defineUpdate<AgreementEndAck, [EndAgreement]>('endAgreement');
