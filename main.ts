@@ -137,11 +137,18 @@ export async function startConnector(config: Config, options: StartOptions): Pro
   // Listen first: with PORT=0 our address, and so our DID, is known only then. Until the app is
   // mounted below, requests are answered 503.
   let server: http.Server | undefined;
+  const requestsAborted = new AbortController();
   let port = config.port;
   let handleRequest: (req: http.IncomingMessage, res: http.ServerResponse) => unknown = (_req, res) =>
     res.writeHead(503).end();
   if (config.roles.includes('api')) {
-    server = http.createServer((req, res) => void handleRequest(req, res));
+    // Temporal calls made while handling a request carry this signal: stop() aborts what is still
+    // waiting (an Update whose worker is gone) before it closes the connection, so no call is
+    // left retrying on a closed channel.
+    server = http.createServer(
+      (req, res) =>
+        void connection.withAbortSignal(requestsAborted.signal, async () => handleRequest(req, res)),
+    );
     await new Promise<void>((resolve, reject) => {
       server!.once('error', reject);
       server!.listen(config.port, config.host, () => resolve());
@@ -263,6 +270,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         if (worker.getState() === 'RUNNING') worker.shutdown();
         await workerRun;
       }
+      requestsAborted.abort(new Error('the connector is stopping'));
       await connection.close();
       await db.destroy();
     },
