@@ -147,7 +147,9 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     // left retrying on a closed channel.
     server = http.createServer(
       (req, res) =>
-        void connection.withAbortSignal(requestsAborted.signal, async () => handleRequest(req, res)),
+        void connection.withAbortSignal(requestsAborted.signal, () =>
+          Promise.resolve(handleRequest(req, res)),
+        ),
     );
     await new Promise<void>((resolve, reject) => {
       server!.once('error', reject);

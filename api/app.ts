@@ -58,6 +58,8 @@ function requestIds() {
 function accessLog(services: Services) {
   return async function logRequest(ctx: Koa.Context, next: Koa.Next) {
     const started = performance.now();
+    // The data plane logs its own requests as its request-log setting says (gateway/dataplane/request-log.ts).
+    if (ctx.path.startsWith('/dataplane/')) return next();
     try {
       await next();
     } finally {
