@@ -4,6 +4,7 @@
  */
 const BENCHES: Record<string, () => Promise<{ run(args: string[]): Promise<void> }>> = {
   evidence: () => import('./evidence.js'),
+  gateway: () => import('./gateway.js'),
   negotiation: () => import('./negotiation.js'),
 };
 

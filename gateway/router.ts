@@ -16,7 +16,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import Router from '@koa/router';
 import type { Context, Next } from 'koa';
-import { Agent, request } from 'undici';
+import { Agent, request, errors as undiciErrors } from 'undici';
 import type { Services } from '../api/services.js';
 import { authenticate, type Caller } from '../api/middleware/authenticate.js';
 import { jsonBodies } from '../api/middleware/json-body.js';
@@ -217,7 +217,9 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
       };
     } catch (err) {
       if (err instanceof GatewayError) throw err;
-      throw upstreamUnavailable(`the provider's data plane ${describeNetworkError(err)}`, true, {
+      // undici's own cap (dispatcher maxResponseSize) may fire before ours: the same refusal.
+      const tooLarge = err instanceof undiciErrors.ResponseExceededMaxSizeError;
+      throw upstreamUnavailable(`the provider's data plane ${describeNetworkError(err)}`, !tooLarge, {
         cause: err,
       });
     }

@@ -18,7 +18,7 @@
  *   htu   the request target below the data plane endpoint (`buildings/…/points?…`, as sent)
  *   sts   the HTTP status of the answer
  */
-import { FlattenedSign, decodeProtectedHeader, errors, flattenedVerify, importJWK, type JWK } from 'jose';
+import { FlattenedSign, decodeProtectedHeader, errors, flattenedVerify, importJWK } from 'jose';
 import type { ConnectorKey } from '../auth/keys.js';
 import { findVerificationMethod, verificationMethodId } from '../auth/did.js';
 import { DidResolutionError, type DidResolver } from '../auth/did-web-resolver.js';
@@ -93,12 +93,13 @@ export async function verifyAnswer(input: {
   const [, protectedB64, signature] = parts as unknown as [string, string, string];
   let h: Record<string, unknown>;
   try {
-    h = decodeProtectedHeader(`${protectedB64}..${signature}`) as Record<string, unknown>;
+    h = decodeProtectedHeader(`${protectedB64}..${signature}`);
   } catch {
     return refuse('the signature header cannot be decoded');
   }
   const alg = h.alg;
-  if (typeof alg !== 'string' || !TOKEN_ALGORITHMS.includes(alg)) refuse(`the algorithm ${String(alg)} is not accepted`);
+  if (typeof alg !== 'string' || !TOKEN_ALGORITHMS.includes(alg))
+    refuse(`the algorithm ${String(alg)} is not accepted`);
   if (h.typ !== ANSWER_JWS_TYPE) refuse(`the signature is not of type ${ANSWER_JWS_TYPE}`);
   if (h.b64 !== false) refuse('the signature must be over the unencoded body (b64: false)');
   const kid = h.kid;
@@ -125,7 +126,8 @@ export async function verifyAnswer(input: {
       algorithms: [alg as string],
     });
   } catch (err) {
-    if (err instanceof errors.JWSSignatureVerificationFailed) refuse('the signature does not match the answer');
+    if (err instanceof errors.JWSSignatureVerificationFailed)
+      refuse('the signature does not match the answer');
     if (err instanceof errors.JOSEError) refuse(`the signature is not valid (${err.code})`);
     throw err;
   }
@@ -144,11 +146,11 @@ async function keyOf(resolver: DidResolver, did: string, kid: string, alg: strin
     }
   };
   const method =
-    findVerificationMethod((await resolve(false))!, kid, 'assertionMethod') ??
-    findVerificationMethod((await resolve(true))!, kid, 'assertionMethod');
+    findVerificationMethod(await resolve(false), kid, 'assertionMethod') ??
+    findVerificationMethod(await resolve(true), kid, 'assertionMethod');
   if (!method) return refuse(`${did} lists no key ${kid} for assertionMethod`);
   if (method.controller !== did) refuse(`${kid} is controlled by another DID`);
-  const jwk = method.publicKeyJwk as JWK | undefined;
+  const jwk = method.publicKeyJwk;
   if (!jwk || 'd' in jwk || jwk.kty === 'oct') return refuse(`${kid} has no public key`);
   if (jwk.alg !== undefined && jwk.alg !== alg) refuse(`${kid} is a key for ${jwk.alg}, not ${alg}`);
   try {

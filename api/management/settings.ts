@@ -8,7 +8,9 @@ const requestLogSetting = Joi.object({
   level: Joi.string()
     .valid(...REQUEST_LOG_LEVELS)
     .required()
-    .description('off: nothing; errors: 4xx and 5xx answers; warnings: errors and slow requests; all: every request'),
+    .description(
+      'off: nothing; errors: 4xx and 5xx answers; warnings: errors and slow requests; all: every request',
+    ),
   slow_ms: Joi.number()
     .integer()
     .min(10)

@@ -57,12 +57,15 @@ export class DataPlaneLease {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.attempting;
-    if (this.validUntil === 0) return;
+    // Released even when we do not think we hold it: an attempt cut short by the stop may have won it.
     this.validUntil = 0;
     try {
       await dataplaneLeaseStore(this.db).release(DATAPLANE_LEASE, this.holder);
     } catch (err) {
-      this.logger.warn({ err }, 'data plane lease: cannot release; another instance takes over when it runs out');
+      this.logger.warn(
+        { err },
+        'data plane lease: cannot release; another instance takes over when it runs out',
+      );
     }
   }
 
@@ -84,7 +87,8 @@ export class DataPlaneLease {
         this.validUntil = 0;
         // The other lease's end in our clock: its remaining time as the database sees it.
         this.othersUntil = performance.now() + lease.remaining_ms;
-        if (wasActive) this.logger.warn({ holder: lease.holder }, 'data plane: another instance took over; standing by');
+        if (wasActive)
+          this.logger.warn({ holder: lease.holder }, 'data plane: another instance took over; standing by');
       }
     } catch (err) {
       // Our lease (if any) holds until validUntil; after that we stand by by ourselves.

@@ -164,10 +164,13 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
 
   /** Only the lease holder serves; the others send callers on (spec: `standby`, retryable). */
   async function standbyUnlessActive(ctx: Context, next: Next) {
-    if (runtime && !runtime.isActive())
+    if (runtime && !runtime.isActive()) {
+      const addressed = /^\/buildings\/([^/]+)\//.exec(ctx.path.slice(DATAPLANE_BASE_PATH.length));
+      if (addressed) stateOf(ctx).buildingId = safeDecode(addressed[1]!);
       throw new GatewayError('standby', 'another instance of this data plane is active', {
         retryAfter: formatDuration(runtime.standbyRetryAfterMs()),
       });
+    }
     await next();
   }
 
@@ -212,7 +215,10 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
           },
         });
       } catch (err) {
-        logger.error({ err, transfer: signing.transferId }, 'data plane: cannot record an answer as evidence');
+        logger.error(
+          { err, transfer: signing.transferId },
+          'data plane: cannot record an answer as evidence',
+        );
         renderBuildingError(ctx, evidenceUnavailable('answer', err), 'dataplane');
         body = answerBytes(ctx);
         signature = await runtime.signAnswer(body, answered(ctx.status));
@@ -514,6 +520,14 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
     throw new GatewayError('not_found', `no route ${ctx.method} ${ctx.path}`);
   });
   return router;
+}
+
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }
 
 /** The answer's body as the bytes that will be sent (what the signature covers). */

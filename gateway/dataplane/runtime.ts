@@ -34,13 +34,8 @@ export async function startDataPlaneRuntime(options: {
 }): Promise<DataPlaneRuntime> {
   const { db, logger } = options;
   const lease = new DataPlaneLease(db, options.leaseTtlMs, logger);
-  // The watcher polls faster while the listener is down; the listener tells it of changes.
-  const requestLog = new RequestLogWatcher(db, logger, {
-    get connected() {
-      return listener.connected;
-    },
-    checkAlive: () => listener.checkAlive(),
-  });
+  // The watcher's poll also checks the listening connection; the listener tells it of changes.
+  const requestLog = new RequestLogWatcher(db, logger, { checkAlive: () => listener.checkAlive() });
   const listener = new PgListener(
     options.databaseUrl,
     [REQUEST_LOG_CHANNEL, LEASE_CHANNEL],

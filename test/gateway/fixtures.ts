@@ -155,3 +155,36 @@ export const POINTS = {
 
 /** The narrow product: three points of Soda Hall. */
 export const SOME_POINTS = [POINTS.occupancy, POINTS.energy, POINTS.stale];
+
+/**
+ * A signed-request offer of both buildings (`pl:signedRequests eq true`) next to those of
+ * publishBuildings (which it needs: the source and the members policy).
+ */
+export async function publishSignedOffer(provider: Participant, prefix: string): Promise<string> {
+  const api = provider.api;
+  const ok = async (p: Promise<Answer>) => {
+    const a = await p;
+    expect(a.status, JSON.stringify(a.body)).to.be.oneOf([200, 201]);
+  };
+  await ok(
+    api.post('/api/v1/policies', {
+      id: `${prefix}-signed`,
+      permissions: [
+        {
+          action: 'read',
+          constraints: [{ left_operand: 'pl:signedRequests', operator: 'eq', right_operand: true }],
+        },
+      ],
+    }),
+  );
+  await ok(
+    api.post('/api/v1/offers', {
+      id: `${prefix}-both-signed`,
+      asset_id: `${prefix}-both`,
+      access_policy_id: `${prefix}-members`,
+      contract_policy_id: `${prefix}-signed`,
+      approval: 'automatic',
+    }),
+  );
+  return `${prefix}-both-signed`;
+}

@@ -1,0 +1,289 @@
+/**
+ * Processes of bench/gateway.ts: connectors (bench/connector-process.ts), the backend
+ * (bench/gateway-backend.ts) and the load generator (bench/gateway-load.ts) as children whose
+ * memory and CPU are read from /proc, and a small management API client.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fork, spawnSync, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { PROJECT_ROOT } from '../config.js';
+import { spawnBound } from '../dev/processes.js';
+import type { LoadJob, LoadResult } from './gateway-load.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const note = (line: string) => process.stderr.write(`[bench] ${line}\n`);
+
+// ---------------------------------------------------------------------------------------------
+// /proc
+
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** Resident set now and its peak (VmHWM) in kB; null when the process is gone. */
+export function procMemory(pid: number): { rssKb: number; hwmKb: number } | null {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0);
+    return { rssKb: field('VmRSS'), hwmKb: field('VmHWM') };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Resets a process's VmHWM to its current RSS (Linux ≥ 4.0: `5` to /proc/pid/clear_refs), so
+ * that the peak of one bench case can be read on its own. False when the kernel refuses.
+ */
+export function resetPeakRss(pid: number): boolean {
+  try {
+    fs.writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+interface ProcStat {
+  pid: number;
+  ppid: number;
+  comm: string;
+  ticks: number;
+}
+
+function procStat(pid: number): ProcStat | null {
+  try {
+    const text = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const close = text.lastIndexOf(')');
+    const f = text
+      .slice(close + 2)
+      .split(' ')
+      .map((x) => Number(x));
+    // After the comm: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+    return {
+      pid,
+      ppid: f[1]!,
+      comm: text.slice(text.indexOf('(') + 1, close),
+      ticks: f[11]! + f[12]! + f[13]! + f[14]!,
+    };
+  } catch {
+    return null;
+  }
+}
+
+function allProcs(): ProcStat[] {
+  return fs
+    .readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map((d) => procStat(Number(d)))
+    .filter((p): p is ProcStat => p !== null);
+}
+
+/** CPU milliseconds used so far by each root process and its descendants. */
+export function treeCpuMs(roots: Record<string, number>): Record<string, number> {
+  const procs = allProcs();
+  const children = new Map<number, ProcStat[]>();
+  for (const p of procs) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p]);
+  const out: Record<string, number> = {};
+  for (const [name, root] of Object.entries(roots)) {
+    let ticks = procs.find((p) => p.pid === root)?.ticks ?? 0;
+    const queue = [root];
+    while (queue.length) {
+      for (const c of children.get(queue.shift()!) ?? []) {
+        ticks += c.ticks;
+        queue.push(c.pid);
+      }
+    }
+    out[name] = (ticks * 1000) / CLK_TCK;
+  }
+  return out;
+}
+
+/** Our direct child by command name (the Temporal CLI, the postmaster). */
+export function childByComm(comm: string): number | null {
+  return allProcs().find((p) => p.ppid === process.pid && p.comm === comm)?.pid ?? null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Management API
+
+export interface Answer {
+  status: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the bench reads answers of every shape
+  body: any;
+}
+
+export type Api = (method: string, p: string, body?: unknown) => Promise<Answer>;
+
+export function api(baseUrl: string, key: string): Api {
+  return async (method, p, body) => {
+    const res = await fetch(`${baseUrl}${p}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${key}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // not JSON: keep the text
+    }
+    return { status: res.status, body: parsed };
+  };
+}
+
+export async function expectStatus(what: string, answer: Promise<Answer>, ...statuses: number[]) {
+  const a = await answer;
+  if (!statuses.includes(a.status))
+    throw new Error(`${what}: expected ${statuses.join(' or ')}, got ${a.status}: ${JSON.stringify(a.body)}`);
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Children
+
+export interface ConnectorProcess {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  url: string;
+  did: string;
+  api: Api;
+}
+
+/** A connector as its own process (bench/connector-process.ts under tsx). */
+export async function startConnectorProcess(
+  name: string,
+  env: Record<string, string>,
+  nodeArgs: string[] = [],
+): Promise<ConnectorProcess> {
+  const script = path.join(here, 'connector-process.ts');
+  const child = spawnBound(process.execPath, [...nodeArgs, '--import', 'tsx', script], {
+    deathSignal: 'TERM',
+    cwd: PROJECT_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
+  const tail: string[] = [];
+  let shown = 0;
+  readline.createInterface({ input: child.stderr! }).on('line', (line) => {
+    tail.push(line);
+    if (tail.length > 20) tail.shift();
+    if (++shown <= 30)
+      process.stderr.write(`[${name}] ${line.length > 400 ? `${line.slice(0, 400)}…` : line}\n`);
+    else if (shown === 31) process.stderr.write(`[${name}] (more log lines are not shown)\n`);
+  });
+  const ready = await new Promise<{ url: string; did: string; adminKey: string | null }>(
+    (resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${name} was not ready after 120 s`)), 120_000);
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+        try {
+          const parsed = JSON.parse(line) as { ready?: boolean };
+          if (parsed.ready) {
+            clearTimeout(timer);
+            resolve(parsed as { url: string; did: string; adminKey: string | null });
+          }
+        } catch {
+          // not our ready line
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`${name} exited (${code}) before it was ready:\n${tail.join('\n')}`));
+      });
+    },
+  );
+  if (!ready.adminKey) throw new Error(`${name}: a fresh database must yield an initial admin key`);
+  return {
+    name,
+    child,
+    pid: child.pid!,
+    url: ready.url,
+    did: ready.did,
+    api: api(ready.url, ready.adminKey),
+  };
+}
+
+/** Forks a TypeScript helper of this folder under tsx and waits for its first message. */
+async function forkHelper<T>(
+  script: string,
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; first: T }> {
+  const child = fork(path.join(here, script), [], {
+    cwd: PROJECT_ROOT,
+    execArgv: ['--import', 'tsx'],
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const first = await new Promise<T>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as T));
+    child.once('exit', (code) => reject(new Error(`${script} exited (${code}) before it was ready`)));
+  });
+  return { child, first };
+}
+
+export interface BackendProcess {
+  child: ChildProcess;
+  pid: number;
+  /** Base URL per latency in ms. */
+  urls: Record<string, string>;
+}
+
+export async function startBackendProcess(
+  buildingsFile: string,
+  key: string,
+  latencies: number[],
+): Promise<BackendProcess> {
+  const { child, first } = await forkHelper<{ urls: Record<string, string> }>('gateway-backend.ts', {
+    BENCH_BUILDINGS_FILE: buildingsFile,
+    BENCH_BACKEND_KEY: key,
+    BENCH_LATENCIES: latencies.join(','),
+  });
+  return { child, pid: child.pid!, urls: first.urls };
+}
+
+export interface LoadProcess {
+  child: ChildProcess;
+  pid: number;
+  run(job: LoadJob): Promise<LoadResult>;
+}
+
+export async function startLoadProcess(): Promise<LoadProcess> {
+  const { child } = await forkHelper<{ ready: true }>('gateway-load.ts', {});
+  return {
+    child,
+    pid: child.pid!,
+    run: (job) =>
+      new Promise((resolve, reject) => {
+        const onExit = (code: number | null) => reject(new Error(`the load generator exited (${code})`));
+        child.once('exit', onExit);
+        child.once('message', (m: { result?: LoadResult; error?: string }) => {
+          child.off('exit', onExit);
+          if (m.result) resolve(m.result);
+          else reject(new Error(`the load generator failed: ${m.error ?? 'no answer'}`));
+        });
+        child.send({ run: job });
+      }),
+  };
+}
+
+/** Stops a forked helper: closing the IPC channel makes it exit; SIGKILL after `graceMs`. */
+export function stopHelper(child: ChildProcess, graceMs = 5_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    if (child.connected) child.disconnect();
+    else child.kill('SIGTERM');
+  });
+}
+
+export { note };
