@@ -2,8 +2,10 @@ import type { Db } from './knex.js';
 import { pageBySeq, type PageRequest } from './paging.js';
 import { toRfc3339 } from '../domain/time.js';
 
-export const APPROVAL_MODES = ['automatic', 'manual'] as const;
-export type ApprovalMode = (typeof APPROVAL_MODES)[number];
+import type { ApprovalMode } from '../domain/negotiation.js';
+
+// The modes are a negotiation rule (domain/negotiation.ts); kept importable from here.
+export { APPROVAL_MODES, type ApprovalMode } from '../domain/negotiation.js';
 
 export interface OfferRecord {
   id: string;

@@ -107,6 +107,29 @@ export function negotiationMessageKind(body: {
 export type Approval = 'pending' | 'approved' | 'rejected' | 'expired' | null;
 
 /**
+ * How our own moves in a negotiation are decided. `automatic`: the workflow makes them (a
+ * provider's request whose rules differ from the offer still waits for an operator).
+ * `manual` (provider): an operator approves each request. `stepwise`: an operator approves
+ * every move of ours — the provider's answer to a request (as `manual`), its agreement after
+ * the consumer's ACCEPTED and its finalization after VERIFIED; the consumer's verification
+ * after AGREED; and, for transfers under an agreement of a stepwise offer, the provider's first
+ * start. For operators who decide each step themselves, and for conformance tests that script
+ * them.
+ */
+export const APPROVAL_MODES = ['automatic', 'manual', 'stepwise'] as const;
+export type ApprovalMode = (typeof APPROVAL_MODES)[number];
+
+/**
+ * The states in which a stepwise negotiation waits for our operator before our next move
+ * (besides a request or offer awaiting a decision, which waits in every mode): approve makes
+ * the move, terminate ends the negotiation.
+ */
+export const STEPWISE_HOLDS: Record<Party, readonly NegotiationState[]> = {
+  provider: ['ACCEPTED', 'VERIFIED'],
+  consumer: ['AGREED'],
+};
+
+/**
  * A message that repeats what already happened: a termination of a terminated negotiation, the
  * FINALIZED event of a finalized one. Answered with the state and no effect, the same while our
  * workflow still runs (our own termination being delivered) as after it has ended.
@@ -182,3 +205,35 @@ export function agreementProblems(
 
 /** NEGOTIATION_DEADLINE's default: a week for the counterparty's next message. */
 export const DEFAULT_RESPONSE_TIMEOUT_MS = 7 * 24 * 3600 * 1000;
+
+/** How much of a counterparty's code and reasons we keep as a process's `error`. */
+const MAX_ERROR_LENGTH = 2000;
+
+/**
+ * One reason of a termination or suspension as text (DSP leaves the items open): a string as
+ * it is; an object by its `message`, a language-tagged `@value`, or else as JSON; anything else
+ * as JSON. Never calls a peer-controlled `toString`.
+ */
+export function reasonText(reason: unknown): string {
+  if (typeof reason === 'string') return reason;
+  if (reason !== null && typeof reason === 'object' && !Array.isArray(reason)) {
+    const r = reason as Record<string, unknown>;
+    for (const key of ['message', '@value', 'value']) if (typeof r[key] === 'string') return r[key];
+  }
+  return JSON.stringify(reason) ?? '';
+}
+
+/**
+ * The `error` a counterparty's termination leaves: its code and reasons (`code: reason; reason`),
+ * readable whatever shape the reasons have, bounded, or `fallback` when it gave none.
+ */
+export function counterpartyError(code: unknown, reasons: unknown, fallback: string): string {
+  const parts = (Array.isArray(reasons) ? reasons : reasons === undefined ? [] : [reasons])
+    .map(reasonText)
+    .filter((t) => t !== '');
+  const text = [typeof code === 'string' && code !== '' ? code : null, parts.join('; ') || null]
+    .filter((t): t is string => t !== null)
+    .join(': ');
+  if (text === '') return fallback;
+  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
+}

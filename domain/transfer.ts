@@ -86,6 +86,7 @@ export const isHarmlessTransferRepeat = (state: TransferState, message: Transfer
 
 /** Operator actions (`POST /api/v1/transfers/{id}/{action}`) and the message each one sends. */
 export const TRANSFER_ACTIONS = {
+  start: 'TransferStartMessage',
   suspend: 'TransferSuspensionMessage',
   resume: 'TransferStartMessage',
   complete: 'TransferCompletionMessage',
@@ -97,7 +98,8 @@ export const isTransferAction = (a: string): a is TransferAction => Object.hasOw
 
 /**
  * The state an operator action of `role` moves a transfer to, or null when the state does not
- * allow it. Resume only resumes: the provider's first start is its own move, not an operator's.
+ * allow it. Resume only resumes; start is the provider's first start, an operator's only when
+ * the transfer waits for one (its agreement's offer is `stepwise`): the workflow checks that.
  */
 export function actionTarget(
   state: TransferState,
@@ -105,6 +107,7 @@ export function actionTarget(
   role: Party,
 ): TransferState | null {
   if (action === 'resume' && state !== 'SUSPENDED') return null;
+  if (action === 'start' && state !== 'REQUESTED') return null;
   return nextTransferState(state, TRANSFER_ACTIONS[action], role);
 }
 

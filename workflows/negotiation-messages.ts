@@ -1,6 +1,6 @@
 /** Messages of the negotiation workflow, shared by the workflow and the API (defined once). */
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { NegotiationMessage, NegotiationState, Party } from '../domain/negotiation.js';
+import type { ApprovalMode, NegotiationMessage, NegotiationState, Party } from '../domain/negotiation.js';
 import type { DeliveryRetry } from '../domain/outbox.js';
 import type { OdrlOffer } from '../domain/dsp.js';
 
@@ -31,8 +31,11 @@ export interface NegotiationInput {
   purpose: string | null;
   connectionAlias: string | null;
   narrowing: Record<string, unknown> | null;
-  /** Provider only: whether an operator must approve the request. */
-  approval: 'automatic' | 'manual';
+  /**
+   * Which of our moves wait for an operator (domain/negotiation.ts ApprovalMode): provider, the
+   * offer's mode; consumer, `stepwise` when the operator asked for it, else `automatic`.
+   */
+  approval: ApprovalMode;
   approvalTimeoutMs: number;
   /** How long we wait for the counterparty's next message before terminating (NEGOTIATION_DEADLINE). */
   responseTimeoutMs: number;
@@ -56,7 +59,8 @@ export interface NegotiationAck {
 export interface OperatorDecision {
   /**
    * Provider: approve, reject, or counter_offer (with `offer`) a request awaiting approval.
-   * Consumer: accept, reject or counter_request (with `offer`) an offer. Either: terminate.
+   * Consumer: accept, reject or counter_request (with `offer`) an offer. Either: terminate; and,
+   * in a stepwise negotiation, approve the move we hold (domain/negotiation.ts STEPWISE_HOLDS).
    */
   action: 'approve' | 'reject' | 'terminate' | 'counter_offer' | 'counter_request' | 'accept';
   by: string;

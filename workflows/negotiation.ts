@@ -18,12 +18,14 @@ import { defineSearchAttributeKey } from '@temporalio/common';
 import type { NegotiationActivities } from '../activities/negotiation.js';
 import {
   agreementProblems,
+  counterpartyError,
   hasRules,
   isHarmlessRepeat,
   isTerminal,
   nextNegotiationState,
   otherParty,
   sameRules,
+  STEPWISE_HOLDS,
   type NegotiationState,
 } from '../domain/negotiation.js';
 import {
@@ -99,6 +101,13 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   let decidedBy: string | null = null;
   let decidedAt: string | null = null;
   let decision: OperatorDecision | null = null;
+  /** Stepwise: the state in which our operator last approved our next move. */
+  let approvedIn: NegotiationState | null = null;
+  /** Whether our next move from `s` waits for our operator (stepwise), not yet approved there. */
+  const heldAt = (s: NegotiationState) =>
+    input.approval === 'stepwise' && STEPWISE_HOLDS[role].includes(s) && approvedIn !== s;
+  /** Whether the operator is asked about a move of ours (not about a request or offer). */
+  const holdingMove = () => approval === 'pending' && STEPWISE_HOLDS[role].includes(state);
   /** The offer in force: the request's, or the last counter-offer or counter-request. */
   let currentOffer = input.offer;
   /** Offers made in this negotiation, by id: what a counter-request may refer to. */
@@ -312,9 +321,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           decision = null;
         }
         if (message.kind === 'ContractNegotiationTerminationMessage') {
-          const reasons = (message.body.reason as string[] | undefined) ?? [];
-          error =
-            [message.body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
+          error = counterpartyError(message.body.code, message.body.reason, 'terminated by the counterparty');
           // A request or offer still waiting for our operator is not awaiting anything any more.
           if (approval === 'pending') approval = null;
         }
@@ -377,6 +384,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       decision = d;
       decidedBy = d.by;
       decidedAt = now();
+      const holding = holdingMove();
       const awaiting = approval === 'pending';
       if (d.action === 'counter_offer' && d.offer) {
         approval = 'countered';
@@ -447,6 +455,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       }
       if (d.action === 'approve') {
         approval = 'approved';
+        approvedIn = state;
         await record(
           {
             message_type: null,
@@ -460,12 +469,13 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       }
       // Reject, or terminate (which, for a request or offer awaiting us, is a rejection).
       if (awaiting) approval = 'rejected';
+      const rejecting = awaiting && !holding;
       const reason =
         d.reason ??
-        (awaiting
+        (rejecting
           ? `rejected by the ${role === 'provider' ? 'provider' : 'consumer'}`
           : 'terminated by the operator');
-      ourTermination = { code: awaiting ? 'rejected' : 'terminated', reason: [reason] };
+      ourTermination = { code: rejecting ? 'rejected' : 'terminated', reason: [reason] };
       error = reason;
       state = 'TERMINATED';
       await record(
@@ -492,6 +502,11 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         }
         if ((d.action === 'counter_offer' || d.action === 'counter_request') && !d.offer)
           throw refuse(NOT_AWAITING_APPROVAL, `a ${d.action.replace('_', '-')} needs an offer`);
+        if (holdingMove() && d.action !== 'approve')
+          throw refuse(
+            NOT_AWAITING_APPROVAL,
+            `the negotiation awaits approval of our next move (${state}): approve or terminate it`,
+          );
         if (d.action === 'counter_request' && (role !== 'consumer' || state !== 'OFFERED'))
           throw refuse(
             NOT_AWAITING_APPROVAL,
@@ -499,7 +514,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           );
         if (d.action === 'counter_offer' && role !== 'provider')
           throw refuse(NOT_AWAITING_APPROVAL, 'a consumer answers an offer with a counter-request');
-        if (role !== 'provider' && d.action === 'approve')
+        if (role !== 'provider' && d.action === 'approve' && !holdingMove())
           throw refuse(NOT_AWAITING_APPROVAL, 'a consumer accepts, rejects or terminates an offer');
         if (approval !== 'pending' || decision !== null || isTerminal(state)) {
           throw refuse(
@@ -552,20 +567,30 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       );
   }
 
-  /** Waits for our operator's decision on a request (provider) or an offer (consumer) until it expires. */
-  async function awaitOperator(from: NegotiationState, what: string) {
+  /**
+   * Waits for our operator's decision until APPROVAL_DEADLINE: on a request (provider) or an
+   * offer (consumer), or, stepwise, on our next `move`. Expired, the negotiation ends and the
+   * counterparty is told.
+   */
+  async function awaitOperator(from: NegotiationState, what: 'request' | 'offer' | { move: string }) {
     approval = 'pending';
     decision = null;
     expiresAt = new Date(Date.now() + input.approvalTimeoutMs).toISOString();
-    await note(`awaiting ${role === 'provider' ? 'approval' : 'acceptance'}`);
+    await note(
+      typeof what === 'object'
+        ? `awaiting approval to ${what.move}`
+        : `awaiting ${role === 'provider' ? 'approval' : 'acceptance'}`,
+    );
     const decided = await condition(() => decision !== null || state !== from, input.approvalTimeoutMs);
-    if (!decided) {
-      approval = 'expired';
+    if (decided) return;
+    approval = 'expired';
+    if (typeof what === 'object')
+      await terminate('approval_expired', `no operator approved to ${what.move} before the deadline`);
+    else
       await terminate(
         `${what}_expired`,
         `the ${what} expired before an operator ${role === 'provider' ? 'approved' : 'accepted'} it`,
       );
-    }
   }
 
   if (role === 'consumer' && initiatedBy === 'consumer') {
@@ -609,10 +634,14 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     if (role === 'provider' && (current === 'REQUESTED' || current === 'ACCEPTED')) {
       if (
         current === 'REQUESTED' &&
-        (input.approval === 'manual' || termsDiffer) &&
+        (input.approval !== 'automatic' || termsDiffer) &&
         approval !== 'approved'
       ) {
         await awaitOperator(current, 'request');
+        continue;
+      }
+      if (heldAt(current)) {
+        await awaitOperator(current, { move: 'agree' });
         continue;
       }
       agreement = {
@@ -638,6 +667,10 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         }),
       );
     } else if (role === 'provider' && current === 'VERIFIED') {
+      if (heldAt(current)) {
+        await awaitOperator(current, { move: 'finalize' });
+        continue;
+      }
       const failed = await storeAgreementOnce();
       // A termination may have arrived meanwhile: it wins, nothing is finalized.
       if (currentState() !== current) continue;
@@ -669,6 +702,11 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           'agreement_mismatch',
           `the agreement does not match the offer: ${problems.join('; ')}`,
         );
+        continue;
+      }
+      // Stepwise: an agreement that passes our checks still waits for the operator's approval.
+      if (heldAt(current)) {
+        await awaitOperator(current, { move: 'verify the agreement' });
         continue;
       }
       await transitionAndSend(

@@ -23,6 +23,11 @@ export interface TransferInput {
   connectionAlias: string | null;
   /** Provider: our data plane base (`{publicUrl}/dataplane/v1`), where pull tokens are valid. */
   dataplaneEndpoint: string | null;
+  /**
+   * Provider: the agreement's offer is `stepwise`; the first start waits in REQUESTED for an
+   * operator's `start` (or terminate) until `approvalTimeoutMs` has passed.
+   */
+  startApproval?: { timeoutMs: number } | null;
   retry: DeliveryRetry;
 }
 

@@ -26,7 +26,7 @@ import { defineSearchAttributeKey } from '@temporalio/common';
 import type { TransferActivities } from '../activities/transfer.js';
 import type { DataAddress } from '../gateway/dataplane/access.js';
 import type { TransferHistoryEntry, TransferSnapshot } from '../db/transfers.js';
-import { otherParty } from '../domain/negotiation.js';
+import { counterpartyError, otherParty } from '../domain/negotiation.js';
 import {
   DEFAULT_FORMAT,
   actionTarget,
@@ -110,13 +110,21 @@ interface Outgoing {
   dataAddress?: DataAddress;
 }
 
+/** A property of a data address; a peer's address may have none (`endpointProperties` is optional in DSP). */
 const property = (a: DataAddress | null, name: string) =>
-  a?.endpointProperties.find((p) => p.name === name)?.value;
+  a?.endpointProperties?.find((p) => p.name === name)?.value;
+
+/**
+ * A peer's data address as the consumer keeps it: `endpointProperties` always a list (DSP lets
+ * a peer leave it out), so that every reader of the stored address may rely on it.
+ */
+const receivedAddress = (a: DataAddress | undefined): DataAddress | null =>
+  a ? { ...a, endpointProperties: a.endpointProperties ?? [] } : null;
 
 /** The data address as the provider's read model keeps it: the token is the consumer's, not ours to store. */
 const withoutToken = (a: DataAddress): DataAddress => ({
   ...a,
-  endpointProperties: a.endpointProperties.map((p) =>
+  endpointProperties: (a.endpointProperties ?? []).map((p) =>
     p.name === 'authorization' ? { ...p, value: '\u2022'.repeat(6) } : p,
   ),
 });
@@ -151,6 +159,8 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
   let issued = 0;
   /** Provider: the initial request asks for our first start. */
   let firstStartDue = false;
+  /** Provider, stepwise: the first start waits for an operator's `start`. */
+  let awaitingStart = false;
   const outgoing: Outgoing[] = [];
   const received = new Map<string, TransferAck>();
   const now = () => new Date().toISOString();
@@ -298,11 +308,10 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
       const body = message.body;
       if (role === 'consumer' && typeof body.providerPid === 'string') providerPid ??= body.providerPid;
       if (message.kind === 'TransferTerminationMessage') {
-        const reasons = (body.reason as string[] | undefined) ?? [];
-        error = [body.code, ...reasons].filter(Boolean).join(': ') || 'terminated by the counterparty';
+        error = counterpartyError(body.code, body.reason, 'terminated by the counterparty');
       }
       if (message.kind === 'TransferStartMessage' && role === 'consumer') {
-        dataAddress = (body.dataAddress as DataAddress | undefined) ?? null;
+        dataAddress = receivedAddress(body.dataAddress as DataAddress | undefined);
         addressReceivedAt = Date.now();
         addressVersion++;
         renewalBlocked = false;
@@ -313,7 +322,11 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
         message_type: message.kind,
         direction: 'inbound' as const,
         evidence_id: message.evidenceId,
-        note: null,
+        // A suspension's code and reasons are for the operator to see; it is no error.
+        note:
+          message.kind === 'TransferSuspensionMessage'
+            ? counterpartyError(body.code, body.reason, '') || null
+            : null,
       };
       if (isTransferEnded(to) || to === 'SUSPENDED') await stopFlow(to);
       await record(inbound);
@@ -348,8 +361,8 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
       if (d.action === 'terminate') error = reason;
       const decided = note(`${d.action} by ${d.by}`);
       if (to === 'STARTED') {
-        // Resume. As provider: a fresh token in our start message; as consumer: our start, and
-        // the provider's start brings the fresh data address.
+        // Start (provider, stepwise) or resume. As provider: a fresh token in our start message;
+        // as consumer: our start, and the provider's start brings the fresh data address.
         if (role === 'provider') {
           await record(decided, 'operator.decision');
           await startFlow('STARTED');
@@ -375,6 +388,8 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
       validator: (d: TransferDecision) => {
         if (actionTarget(state, d.action, role) === null)
           throw illegal(`a ${state.toLowerCase()} transfer cannot ${d.action}`);
+        if (d.action === 'start' && !awaitingStart)
+          throw illegal('the transfer does not wait for an operator: its provider starts it by itself');
       },
     },
   );
@@ -413,9 +428,13 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
     }
   }
 
-  /** Consumer: when the data address needs renewing, or null when there is nothing to renew. */
+  /**
+   * Consumer: when the data address needs renewing, or null when there is nothing to renew: an
+   * address without a token expiry or a refresh endpoint is used as it is, never renewed.
+   */
   function renewalDue(): number | null {
     if (role !== 'consumer' || state !== 'STARTED' || !dataAddress || renewalBlocked) return null;
+    if (!property(dataAddress, 'refreshEndpoint')) return null;
     if (renewalRetryAt !== null) return renewalRetryAt;
     const expiresAt = Date.parse(property(dataAddress, 'expiresAt') ?? '');
     return Number.isNaN(expiresAt) ? null : renewalDueAt(addressReceivedAt, expiresAt);
@@ -447,6 +466,24 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
       flowState = 'renewal_failed';
       await record(note(`renewing the data address failed: ${failureMessage(err)}`));
     }
+  }
+
+  /**
+   * Provider, stepwise: our first start waits in REQUESTED for an operator's `start` (the
+   * decision handler starts it) or a termination, until the approval deadline.
+   */
+  async function awaitStart(timeoutMs: number) {
+    awaitingStart = true;
+    flowState = 'awaiting_start';
+    await record(note("awaiting an operator's start"));
+    const decided = await condition(() => state !== 'REQUESTED', timeoutMs);
+    awaitingStart = false;
+    if (decided) return;
+    state = 'TERMINATED';
+    error = 'no operator started the transfer before the deadline';
+    flowState = 'terminated';
+    outgoing.push({ type: 'TransferTerminationMessage', code: 'approval_expired', reason: [error] });
+    await record(note(error));
   }
 
   if (role === 'consumer') {
@@ -483,7 +520,10 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
   while (!(isTransferEnded(state) && outgoing.length === 0)) {
     if (firstStartDue) {
       firstStartDue = false;
-      if (currentState() === 'REQUESTED') await startFlow('REQUESTED');
+      if (currentState() === 'REQUESTED') {
+        if (input.startApproval) await awaitStart(input.startApproval.timeoutMs);
+        else await startFlow('REQUESTED');
+      }
       continue;
     }
     if (outgoing.length > 0) {

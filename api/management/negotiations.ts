@@ -1,4 +1,9 @@
-/** Negotiations and agreements for operators: start (consumer), list, read, approve, reject, terminate. */
+/**
+ * Negotiations and agreements for operators: start (consumer), list, read, approve, reject,
+ * terminate, counter-offer, counter-request, accept. A negotiation whose approval is `stepwise`
+ * (the provider's offer, or `stepwise: true` at the start) also waits for approve or terminate
+ * before each of our own moves (docs/negotiation.md).
+ */
 import Joi from 'joi';
 import { randomUUID } from 'node:crypto';
 import {
@@ -45,6 +50,7 @@ interface StartInput {
   purpose?: string | null;
   connection_alias?: string | null;
   narrowing?: { objects?: string[]; points?: string[] } | null;
+  stepwise?: boolean;
 }
 
 const startBody = Joi.object({
@@ -69,6 +75,11 @@ const startBody = Joi.object({
     objects: Joi.array().items(Joi.string().min(1)).min(1).unique(),
     points: Joi.array().items(Joi.string().min(1)).min(1).unique(),
   }).allow(null),
+  stepwise: Joi.boolean()
+    .default(false)
+    .description(
+      "wait for an operator's approve before verifying the provider's agreement (AGREED); terminate refuses it",
+    ),
 }).xor('offer_id', 'offer');
 
 /** An offer by value, as a counter-offer or counter-request carries it (DSP: a rule list is never empty). */
@@ -282,7 +293,7 @@ export function negotiationRoutes(services: Services) {
           purpose: body.purpose ?? null,
           connectionAlias: body.connection_alias ?? null,
           narrowing: body.narrowing ?? null,
-          approval: 'automatic',
+          approval: body.stepwise ? 'stepwise' : 'automatic',
           approvalTimeoutMs: services.connector.approvalTimeoutMs,
           responseTimeoutMs: services.connector.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS,
           retry: services.connector.deliveryRetry,
@@ -336,7 +347,8 @@ export function negotiationRoutes(services: Services) {
     route<{ id: string }>({
       method: 'post',
       path: '/negotiations/:id/approve',
-      summary: 'Approve a request awaiting approval (provider)',
+      summary:
+        'Approve a request awaiting approval (provider), or the move a stepwise negotiation holds (agree, finalize; consumer: verify)',
       tag: 'negotiations',
       role: 'operator',
       params: idParams,
@@ -359,7 +371,8 @@ export function negotiationRoutes(services: Services) {
     route<{ id: string }>({
       method: 'post',
       path: '/negotiations/:id/terminate',
-      summary: 'Terminate a negotiation (for a request awaiting approval: a rejection)',
+      summary:
+        'Terminate a negotiation (for a request or offer awaiting approval: a rejection; also refuses a move a stepwise negotiation holds)',
       tag: 'negotiations',
       role: 'operator',
       params: idParams,

@@ -6,7 +6,8 @@ import type { Services } from '../services.js';
 import { idParams, pageOf, pageQuery, resourceId, toPageRequest } from './schemas.js';
 import { dateTime } from '../validation.js';
 import { conflict, invalidRequest, notFound } from '../../domain/errors.js';
-import { APPROVAL_MODES, offerStore, type ApprovalMode, type OfferRecord } from '../../db/offers.js';
+import { offerStore, type OfferRecord } from '../../db/offers.js';
+import { APPROVAL_MODES, type ApprovalMode } from '../../domain/negotiation.js';
 import { productStore } from '../../db/products.js';
 import { policyStore } from '../../db/policies.js';
 import { isUniqueViolation } from '../../db/paging.js';
@@ -26,7 +27,10 @@ const offerBody = Joi.object({
   contract_policy_id: Joi.string().min(1).required(),
   approval: Joi.string()
     .valid(...APPROVAL_MODES)
-    .allow(null),
+    .allow(null)
+    .description(
+      'automatic (default): agreed without an operator; manual: an operator approves each request; stepwise: an operator approves each of our moves (request, agreement, finalization) and the first start of each transfer under its agreements',
+    ),
   created_at: dateTime().description('output only; ignored on input'),
 });
 

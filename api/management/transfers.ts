@@ -1,6 +1,6 @@
 /**
  * Transfers for operators: start one (consumer, from an agreement), list, read, and act on one
- * (suspend, resume, complete, terminate); and ending an agreement (either side), which ends every
+ * (start one awaiting its start, suspend, resume, complete, terminate); and ending an agreement (either side), which ends every
  * transfer under it and tells the counterparty.
  */
 import Joi from 'joi';
@@ -261,7 +261,8 @@ export function transferRoutes(services: Services) {
     route<{ id: string; action: string }>({
       method: 'post',
       path: '/transfers/:id/:action',
-      summary: 'Suspend, resume, complete or terminate a transfer',
+      summary:
+        'Start (provider, a transfer awaiting its start), suspend, resume, complete or terminate a transfer',
       tag: 'transfers',
       role: 'operator',
       params: idParams.keys({ action: Joi.string().max(64).required() }),

@@ -56,6 +56,7 @@ import {
   contractOfferSchema,
   contractRequestSchema,
   eventSchema,
+  messageShapeProblem,
   terminationSchema,
   verificationSchema,
 } from './schemas.js';
@@ -80,10 +81,10 @@ const peerOf = (ctx: Koa.Context): Peer => ctx.state.peer as Peer;
 
 function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unknown> {
   const { error, value } = schema.validate(body, { abortEarly: true });
-  if (error) {
-    const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
-    throw new DspError(400, 'invalid_message', [error.message], b);
-  }
+  const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
+  if (error) throw new DspError(400, 'invalid_message', [error.message], b);
+  const problem = messageShapeProblem(value);
+  if (problem) throw new DspError(400, 'invalid_message', [problem], b);
   return value as Record<string, unknown>;
 }
 

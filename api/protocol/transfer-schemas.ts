@@ -27,17 +27,27 @@ const base = (type: string) =>
 
 const reason = Joi.array().items(Joi.any()).min(1);
 
+/**
+ * DataAddress (transfer/data-address-schema.json): `@type` and `endpointType` required,
+ * `endpoint` and `endpointProperties` optional; each property a name and a string value (the
+ * normative schema also wants its `@type`, which peers leave out in compacted form: taken when
+ * given). Bounded, since a consumer keeps the address in its read model and workflow.
+ */
 export const dataAddressSchema = Joi.object({
   '@type': Joi.string().valid('DataAddress').required(),
-  endpointType: Joi.string().required(),
-  endpoint: Joi.string().uri({ scheme: ['http', 'https'] }),
-  endpointProperties: Joi.array().items(
-    Joi.object({
-      '@type': Joi.string().valid('EndpointProperty'),
-      name: Joi.string().required(),
-      value: Joi.string().allow('').required(),
-    }).unknown(true),
-  ),
+  endpointType: Joi.string().min(1).max(512).required(),
+  endpoint: Joi.string()
+    .uri({ scheme: ['http', 'https'] })
+    .max(2048),
+  endpointProperties: Joi.array()
+    .items(
+      Joi.object({
+        '@type': Joi.string().valid('EndpointProperty'),
+        name: Joi.string().min(1).max(200).required(),
+        value: Joi.string().allow('').max(16_384).required(),
+      }).unknown(true),
+    )
+    .max(50),
 }).unknown(true);
 
 export const transferRequestSchema = base('TransferRequestMessage').keys({

@@ -23,6 +23,7 @@ import type { Services } from '../services.js';
 import { DspError } from './negotiations.js';
 import { transferStore, type TransferRecord } from '../../db/transfers.js';
 import { agreementStore } from '../../db/agreements.js';
+import { offerStore } from '../../db/offers.js';
 import { evidenceStore } from '../../db/evidence.js';
 import { DSP_BASE_PATH } from '../../domain/dsp.js';
 import {
@@ -47,6 +48,7 @@ import {
   transferSuspensionSchema,
   transferTerminationSchema,
 } from './transfer-schemas.js';
+import { messageShapeProblem } from './schemas.js';
 
 const TRANSFERS_PATH = `${DSP_BASE_PATH}/transfers`;
 
@@ -58,10 +60,10 @@ const peerOf = (ctx: Koa.Context): Peer => ctx.state.peer as Peer;
 
 function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unknown> {
   const { error, value } = schema.validate(body, { abortEarly: true });
-  if (error) {
-    const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
-    throw new DspError(400, 'invalid_message', [error.message], b);
-  }
+  const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
+  if (error) throw new DspError(400, 'invalid_message', [error.message], b);
+  const problem = messageShapeProblem(value);
+  if (problem) throw new DspError(400, 'invalid_message', [problem], b);
   return value as Record<string, unknown>;
 }
 
@@ -71,6 +73,15 @@ function providerIdentity(consumerDid: string, consumerPid: string) {
   const uuid = `${digest.slice(0, 8)}-${digest.slice(8, 12)}-4${digest.slice(13, 16)}-a${digest.slice(17, 20)}-${digest.slice(20, 32)}`;
   return { workflowId: `transfer/provider/${digest.slice(0, 32)}`, providerPid: `urn:uuid:${uuid}` };
 }
+
+/**
+ * The Update id of an inbound message: Temporal answers a repeat (in flight or done) with the
+ * first one's outcome and keeps it out of the workflow's history.
+ */
+const updateIdOf = (kind: TransferMessage, body: Record<string, unknown>) =>
+  typeof body['@id'] === 'string'
+    ? `dsp-${createHash('sha256').update(`${kind}\n${body['@id']}`).digest('hex').slice(0, 40)}`
+    : undefined;
 
 function illegal(err: unknown): string | null {
   if (!(err instanceof WorkflowUpdateFailedError)) return null;
@@ -155,6 +166,11 @@ export function dspTransferRoutes(router: Router, services: Services): void {
       counterpartyAddress: String(body.callbackAddress),
       connectionAlias: null,
       dataplaneEndpoint: `${services.connector.publicUrl}/dataplane/v1`,
+      // The offer's mode when the request arrives, as for negotiations (docs/transfers.md).
+      startApproval:
+        agreement.offer_id && (await offerStore(db).get(agreement.offer_id))?.approval === 'stepwise'
+          ? { timeoutMs: services.connector.approvalTimeoutMs }
+          : null,
       retry: services.connector.deliveryRetry,
     };
     const evidenceId = await recordInbound(ctx, providerPid, body);
@@ -193,18 +209,19 @@ export function dspTransferRoutes(router: Router, services: Services): void {
     if (ours !== id)
       throw new DspError(400, 'pid_mismatch', ['the message names another process than its address'], body);
     const kind = transferMessageKind(body) as TransferMessage;
-    if (
-      kind === 'TransferStartMessage' &&
-      record.role === 'consumer' &&
-      record.format.endsWith('-PULL') &&
-      !body.dataAddress
-    ) {
-      throw new DspError(
-        400,
-        'invalid_message',
-        ['a start message of a pull transfer carries its dataAddress'],
-        pids,
-      );
+    if (kind === 'TransferStartMessage' && record.role === 'consumer' && record.format.endsWith('-PULL')) {
+      const address = body.dataAddress as { endpoint?: string } | undefined;
+      if (!address?.endpoint)
+        throw new DspError(
+          400,
+          'invalid_message',
+          [
+            address
+              ? 'the dataAddress of a pull transfer names its endpoint'
+              : 'a start message of a pull transfer carries its dataAddress',
+          ],
+          pids,
+        );
     }
     const evidenceId = await recordInbound(ctx, record.id, body);
     let ack: TransferAck;
@@ -213,6 +230,7 @@ export function dspTransferRoutes(router: Router, services: Services): void {
         .workflow.getHandle(record.workflow_id)
         .executeUpdate(transferMessageUpdate, {
           args: [{ kind, body, messageId: typeof body['@id'] === 'string' ? body['@id'] : null, evidenceId }],
+          updateId: updateIdOf(kind, body),
         });
     } catch (err) {
       // The workflow has ended: the same final message again gets the same answer; anything else is illegal.

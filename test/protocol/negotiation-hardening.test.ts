@@ -840,4 +840,88 @@ describe('contract negotiation against a scripted counterparty (hardening)', fun
       (await consumer.api.get(`/api/v1/agreements/${encodeURIComponent(c.agreement_id)}`)).status,
     ).to.equal(404);
   });
+
+  it('renders reasons given as objects readably, from either side (TCK TerminationMessage)', async () => {
+    // Our provider, terminated by the consumer with message objects and a language-tagged value.
+    const consumerPid = `urn:uuid:${randomUUID()}`;
+    const created = await asConsumer().post('/negotiations/request', {
+      '@context': CONTEXT,
+      '@type': 'ContractRequestMessage',
+      consumerPid,
+      callbackAddress: peer.url,
+      offer: { '@id': 'manual' },
+    });
+    const providerPid = created.body.providerPid as string;
+    await waitFor(provider.api, providerPid, (x) => x.approval === 'pending');
+    const byConsumer = await asConsumer().post(path(providerPid, 'termination'), {
+      '@context': CONTEXT,
+      '@type': 'ContractNegotiationTerminationMessage',
+      providerPid,
+      consumerPid,
+      code: 'withdrawn',
+      reason: [{ message: 'budget cut' }, { '@value': 'budget geschrapt', '@language': 'nl' }],
+    });
+    expect(byConsumer.status).to.equal(200);
+    const p = await waitFor(provider.api, providerPid, (x) => x.state === 'TERMINATED');
+    expect(p.error).to.equal('withdrawn: budget cut; budget geschrapt');
+
+    // Our consumer, terminated by the provider with objects that carry no message (shown as JSON),
+    // including one whose keys would break a naive rendering.
+    const n = await consumerRequests();
+    const byProvider = await asProvider().post(path(n.id, 'termination'), {
+      '@context': CONTEXT,
+      '@type': 'ContractNegotiationTerminationMessage',
+      providerPid: n.providerPid,
+      consumerPid: n.id,
+      reason: [{ toString: 1, detail: 'x' }, 7, 'plain'],
+    });
+    expect(byProvider.status).to.equal(200);
+    const c = await waitFor(consumer.api, n.id, (x) => x.state === 'TERMINATED');
+    expect(c.error).to.equal('{"toString":1,"detail":"x"}; 7; plain');
+  });
+
+  it('refuses at the HTTP edge what no workflow could take: deep nesting, NUL, oversized, non-text targets', async () => {
+    const request = (extra: Record<string, unknown>) => ({
+      '@context': CONTEXT,
+      '@type': 'ContractRequestMessage',
+      consumerPid: `urn:uuid:${randomUUID()}`,
+      callbackAddress: peer.url,
+      offer: { '@id': 'auto' },
+      ...extra,
+    });
+    let deep: unknown = 'bottom';
+    for (let i = 0; i < 40; i++) deep = [deep];
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [request({ note: deep }), 'nested deeper than 32'],
+      [request({ note: 'a\u0000b' }), 'NUL'],
+      [request({ note: '\ud800' }), 'lone surrogate'],
+      [request({ note: 'x'.repeat(300 * 1024) }), 'larger than 256 KiB'],
+      [request({ offer: { '@id': 'auto', target: { toString: 1 } } }), 'target'],
+      [request({ offer: { '@id': 'auto', narrowing: { objects: 'all' } } }), 'narrowing.objects'],
+    ];
+    for (const [body, why] of cases) {
+      const res = await asConsumer().post('/negotiations/request', body);
+      expect(res.status, why).to.equal(400);
+      expect(res.body).to.include({ '@type': 'ContractNegotiationError', code: 'invalid_message' });
+      expect(res.body.reason.join(' ')).to.include(why);
+      const known = await provider.api.get('/api/v1/negotiations?role=provider&limit=200');
+      expect(
+        known.body.items.some((x: { consumer_pid: string }) => x.consumer_pid === body.consumerPid),
+      ).to.equal(false);
+    }
+    // The same checks guard messages on a running negotiation.
+    const n = await consumerRequests();
+    const odd = await asProvider().post(path(n.id, 'termination'), {
+      '@context': CONTEXT,
+      '@type': 'ContractNegotiationTerminationMessage',
+      providerPid: n.providerPid,
+      consumerPid: n.id,
+      reason: [deep],
+    });
+    expect(odd.status).to.equal(400);
+    expect(odd.body).to.include({ code: 'invalid_message' });
+    expect((await consumer.api.get(`/api/v1/negotiations/${encodeURIComponent(n.id)}`)).body.state).to.equal(
+      'REQUESTED',
+    );
+  });
 });

@@ -75,12 +75,15 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     });
     expect(started.status, JSON.stringify(started.body)).to.equal(201);
     const done = await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
+    // Each side stores the agreement right after it records FINALIZED.
     const deadline = Date.now() + 10_000;
-    while (
-      (await provider.api.get(`/api/v1/agreements/${encodeURIComponent(done.agreement_id)}`)).status !== 200
-    ) {
-      if (Date.now() > deadline) throw new Error('the provider never stored the agreement');
-      await new Promise((r) => setTimeout(r, 25));
+    for (const side of [provider, consumer]) {
+      while (
+        (await side.api.get(`/api/v1/agreements/${encodeURIComponent(done.agreement_id)}`)).status !== 200
+      ) {
+        if (Date.now() > deadline) throw new Error('the agreement was never stored on both sides');
+        await new Promise((r) => setTimeout(r, 25));
+      }
     }
     return done.agreement_id as string;
   }
