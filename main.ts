@@ -137,20 +137,22 @@ export async function startConnector(config: Config, options: StartOptions): Pro
   // Listen first: with PORT=0 our address, and so our DID, is known only then. Until the app is
   // mounted below, requests are answered 503.
   let server: http.Server | undefined;
-  const requestsAborted = new AbortController();
+  const requestsInFlight = new Set<AbortController>();
   let port = config.port;
   let handleRequest: (req: http.IncomingMessage, res: http.ServerResponse) => unknown = (_req, res) =>
     res.writeHead(503).end();
   if (config.roles.includes('api')) {
-    // Temporal calls made while handling a request carry this signal: stop() aborts what is still
-    // waiting (an Update whose worker is gone) before it closes the connection, so no call is
-    // left retrying on a closed channel.
-    server = http.createServer(
-      (req, res) =>
-        void connection.withAbortSignal(requestsAborted.signal, () =>
-          Promise.resolve(handleRequest(req, res)),
-        ),
-    );
+    // Temporal calls made while handling a request carry that request's abort signal: stop()
+    // aborts the requests still waiting (an Update whose worker is gone) before it closes the
+    // connection, so no call is left retrying on a closed channel. One controller per request:
+    // the client adds a listener per call and never removes it, so a shared signal would leak.
+    server = http.createServer((req, res) => {
+      const aborter = new AbortController();
+      requestsInFlight.add(aborter);
+      void connection
+        .withAbortSignal(aborter.signal, () => Promise.resolve(handleRequest(req, res)))
+        .finally(() => requestsInFlight.delete(aborter));
+    });
     await new Promise<void>((resolve, reject) => {
       server!.once('error', reject);
       server!.listen(config.port, config.host, () => resolve());
@@ -272,7 +274,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         if (worker.getState() === 'RUNNING') worker.shutdown();
         await workerRun;
       }
-      requestsAborted.abort(new Error('the connector is stopping'));
+      for (const aborter of requestsInFlight) aborter.abort(new Error('the connector is stopping'));
       await connection.close();
       await db.destroy();
     },

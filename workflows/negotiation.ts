@@ -325,6 +325,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           // A request or offer still waiting for our operator is not awaiting anything any more.
           if (approval === 'pending') approval = null;
         }
+        // The agreement is stored before FINALIZED shows: whoever sees FINALIZED can read the
+        // agreement and start a transfer under it at once.
+        const storeFailed = to === 'FINALIZED' && agreement ? await storeAgreementOnce() : null;
         state = to;
         await record({
           message_type: message.body['@type'] as string,
@@ -333,10 +336,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           note: null,
         });
         if (state === 'FINALIZED' && agreement) {
-          const failed = await storeAgreementOnce();
-          if (failed) {
-            error = failed;
-            await note(failed);
+          if (storeFailed) {
+            error = storeFailed;
+            await note(storeFailed);
           }
           // A connection's transfer starts by itself (consumer, connection_alias set).
           else await startConnectionTransfer(input, String(agreement['@id']));

@@ -20,16 +20,15 @@ import {
 } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Services } from '../services.js';
+import { callbackProblem } from './callback.js';
 import { negotiationStore } from '../../db/negotiations.js';
 import { evidenceStore } from '../../db/evidence.js';
 import { offerStore } from '../../db/offers.js';
 import { policyStore } from '../../db/policies.js';
 import { productStore } from '../../db/products.js';
 import { agreementStore } from '../../db/agreements.js';
-import { guardedLookup } from '../../auth/did-web-resolver.js';
 import {
   buildingDataContextUrl,
-  callbackAddressProblem,
   negotiationAck,
   negotiationError,
   wireRules,
@@ -202,18 +201,7 @@ export function dspNegotiationRoutes(
 
   /** A callbackAddress we can use for this peer, or a 400 (dsp-edc.md §1.7: an unrecoverable error). */
   async function checkCallback(address: string, peerDid: string, body: Record<string, unknown>) {
-    const allow = services.connector.allowLoopbackPeers ?? false;
-    let problem = callbackAddressProblem(address, peerDid, allow);
-    if (!problem) {
-      // A name must not lead to our own network either (checked again by nobody at delivery: see docs).
-      const host = new URL(address).hostname.replace(/^\[|\]$/g, '');
-      const lookup = guardedLookup({ allowHttpLoopback: allow, allowPrivateAddresses: false });
-      problem = await new Promise<string | null>((resolve) =>
-        lookup(host, { all: true }, (err) =>
-          resolve(err ? `the callbackAddress's host cannot be used: ${err.message}` : null),
-        ),
-      );
-    }
+    const problem = await callbackProblem(address, peerDid, services.connector.allowLoopbackPeers ?? false);
     if (problem) throw new DspError(400, 'invalid_callback', [problem], body);
   }
 

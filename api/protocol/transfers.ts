@@ -21,6 +21,7 @@ import {
 import { ApplicationFailure } from '@temporalio/common';
 import type { Services } from '../services.js';
 import { DspError } from './negotiations.js';
+import { callbackProblem } from './callback.js';
 import { transferStore, type TransferRecord } from '../../db/transfers.js';
 import { agreementStore } from '../../db/agreements.js';
 import { offerStore } from '../../db/offers.js';
@@ -151,6 +152,10 @@ export function dspTransferRoutes(router: Router, services: Services): void {
       return;
     }
     const agreement = await refuseUnservable(peer, body);
+    // As for a negotiation: our messages for this transfer go only to the caller itself.
+    const callback = String(body.callbackAddress);
+    const problem = await callbackProblem(callback, peer.did, services.connector.allowLoopbackPeers ?? false);
+    if (problem) throw new DspError(400, 'invalid_callback', [problem], body);
     const { workflowId, providerPid } = providerIdentity(peer.did, consumerPid);
     const input: TransferInput = {
       role: 'provider',
@@ -163,7 +168,7 @@ export function dspTransferRoutes(router: Router, services: Services): void {
       ourDid: services.connector.did,
       ourAddress: services.connector.dspAddress,
       counterpartyDid: peer.did,
-      counterpartyAddress: String(body.callbackAddress),
+      counterpartyAddress: callback,
       connectionAlias: null,
       dataplaneEndpoint: `${services.connector.publicUrl}/dataplane/v1`,
       // The offer's mode when the request arrives, as for negotiations (docs/transfers.md).

@@ -4,21 +4,23 @@
  * director watches our read models and, when a process reaches the situation a step waits for,
  * takes that step through the management API, as an operator would. Steps run in order, each once.
  *
- * Situations: `pending` is a request or offer awaiting our operator (the seeded offers of
- * scripted datasets have manual approval); the others are states in which the process waits.
+ * Every process the TCK drives waits for the profile before each move of ours (the seeded offers
+ * are `stepwise`, the webhook starts negotiations with `stepwise: true`), so a scenario that
+ * needs us to hold simply has no step there; nothing depends on timing.
  */
 import type { Logger } from 'pino';
 import type { Db } from '../../db/knex.js';
 import type { Operator } from './operator.js';
 
-type Situation =
-  'pending' | 'REQUESTED' | 'OFFERED' | 'ACCEPTED' | 'AGREED' | 'VERIFIED' | 'STARTED' | 'SUSPENDED';
+/** A state in which the process waits: for the TCK, or (a hold) for us. */
+type Situation = 'REQUESTED' | 'OFFERED' | 'ACCEPTED' | 'AGREED' | 'VERIFIED' | 'STARTED' | 'SUSPENDED';
 type Action =
   | 'approve'
   | 'counter_offer'
   | 'terminate'
   | 'accept'
   | 'counter_request'
+  | 'start'
   | 'suspend'
   | 'resume'
   | 'complete';
@@ -33,63 +35,82 @@ interface Step {
   afterMs?: number;
 }
 
-const offer: Step = { on: 'pending', do: 'counter_offer' };
-const approve: Step = { on: 'pending', do: 'approve' };
-const reject: Step = { on: 'pending', do: 'terminate' };
-const accept: Step = { on: 'OFFERED', do: 'accept' };
 const PAUSE_MS = 1_000;
+const step = (on: Situation, action: Action): Step => ({ on, do: action });
+const after = (on: Situation, action: Action): Step => ({ on, do: action, afterMs: PAUSE_MS });
+
+// Provider holds: a request (REQUESTED), our agreement (ACCEPTED), our finalization (VERIFIED).
+const offer = step('REQUESTED', 'counter_offer');
+const agree = step('REQUESTED', 'approve');
+const reject = step('REQUESTED', 'terminate');
+const agreeAccepted = step('ACCEPTED', 'approve');
+const finalize = step('VERIFIED', 'approve');
 
 /** Provider scenarios (CN): the TCK is the consumer; keyed by the dataset it requests. */
 export const PROVIDER_SCRIPTS: Record<string, Step[]> = {
-  ACN0101: [offer],
-  ACN0102: [offer, reject],
-  ACN0103: [offer],
-  ACN0104: [approve],
+  ACN0101: [offer], // the TCK terminates in OFFERED
+  ACN0102: [offer, reject], // the TCK counter-requests; we terminate
+  ACN0103: [offer, agreeAccepted, finalize],
+  ACN0104: [agree, finalize],
   ACN0201: [reject],
-  ACN0202: [],
-  ACN0203: [approve],
-  ACN0204: [offer],
-  ACN0205: [offer, { on: 'OFFERED', do: 'terminate', afterMs: PAUSE_MS }],
-  ACN0206: [offer, { on: 'ACCEPTED', do: 'terminate' }],
-  ACN0207: [approve, { on: 'VERIFIED', do: 'terminate' }],
-  ACN0301: [approve],
-  ACN0302: [offer],
-  ACN0303: [offer],
-  ACN0304: [offer],
+  ACN0202: [], // the TCK terminates in REQUESTED
+  ACN0203: [agree], // the TCK terminates in AGREED
+  ACN0204: [offer], // the TCK terminates in OFFERED
+  ACN0205: [offer, after('OFFERED', 'terminate')],
+  ACN0206: [offer, step('ACCEPTED', 'terminate')],
+  ACN0207: [agree, step('VERIFIED', 'terminate')],
+  ACN0301: [agree, finalize], // then the TCK's termination of a finalized negotiation is refused
+  ACN0302: [offer], // the TCK's verification in OFFERED is refused
+  ACN0303: [offer], // we hold in ACCEPTED: the TCK's verification there is refused
+  ACN0304: [offer], // we hold the counter-request: the TCK's second one is refused
 };
+
+// Consumer: the TCK's offer waits for us (OFFERED), our verification waits in AGREED.
+const accept = step('OFFERED', 'accept');
+const verify = step('AGREED', 'approve');
 
 /** Consumer scenarios (CN_C): the TCK is the provider; keyed by the dataset the TCK names in its webhook call. */
 export const CONSUMER_SCRIPTS: Record<string, Step[]> = {
-  ACNC0101: [accept],
-  ACNC0102: [{ on: 'OFFERED', do: 'counter_request' }],
-  ACNC0103: [{ on: 'OFFERED', do: 'terminate' }],
-  ACNC0104: [],
+  ACNC0101: [accept, verify],
+  ACNC0102: [step('OFFERED', 'counter_request')],
+  ACNC0103: [step('OFFERED', 'terminate')],
+  ACNC0104: [verify],
   ACNC0201: [],
-  ACNC0202: [{ on: 'REQUESTED', do: 'terminate', afterMs: PAUSE_MS }],
-  ACNC0203: [{ on: 'AGREED', do: 'terminate' }],
+  ACNC0202: [after('REQUESTED', 'terminate')],
+  ACNC0203: [step('AGREED', 'terminate')],
   ACNC0204: [],
   ACNC0205: [accept],
-  ACNC0206: [],
+  ACNC0206: [verify],
   ACNC0301: [],
   ACNC0302: [],
   ACNC0303: [],
   ACNC0304: [accept],
   ACNC0305: [accept],
-  ACNC0306: [accept],
+  ACNC0306: [accept], // we hold in AGREED: the TCK's FINALIZED there is refused
 };
 
-const after = (on: Situation, action: Action): Step => ({ on, do: action, afterMs: PAUSE_MS });
-
 /**
- * Provider transfers (TP): the TCK requests under a seeded agreement; our provider starts by
- * itself (its own move), the rest is ours to decide.
+ * Provider transfers (TP): the TCK requests under a seeded agreement whose offer is stepwise, so
+ * each transfer waits in REQUESTED for our start (or termination).
  */
+const start = step('REQUESTED', 'start');
 export const PROVIDER_TRANSFER_SCRIPTS: Record<string, Step[]> = {
-  ATP0101: [after('STARTED', 'terminate')],
-  ATP0102: [after('STARTED', 'complete')],
-  ATP0103: [after('STARTED', 'suspend'), after('SUSPENDED', 'terminate')],
-  ATP0104: [after('STARTED', 'suspend'), after('SUSPENDED', 'resume'), after('STARTED', 'complete')],
-  ATP0105: [{ on: 'REQUESTED', do: 'terminate' }],
+  ATP0101: [start, after('STARTED', 'terminate')],
+  ATP0102: [start, after('STARTED', 'complete')],
+  ATP0103: [start, after('STARTED', 'suspend'), after('SUSPENDED', 'terminate')],
+  ATP0104: [start, after('STARTED', 'suspend'), after('SUSPENDED', 'resume'), after('STARTED', 'complete')],
+  ATP0105: [step('REQUESTED', 'terminate')],
+  ATP0201: [start],
+  ATP0202: [start],
+  ATP0203: [start],
+  ATP0204: [start],
+  ATP0205: [], // the TCK terminates in REQUESTED
+  ATP0301: [], // the TCK's completion in REQUESTED is refused
+  ATP0302: [], // the TCK's suspension in REQUESTED is refused
+  ATP0303: [start],
+  ATP0304: [start],
+  ATP0305: [start],
+  ATP0306: [start],
 };
 
 /** Consumer transfers (TP_C): we request (the TCK's webhook) under a seeded agreement. */
@@ -101,14 +122,12 @@ export const CONSUMER_TRANSFER_SCRIPTS: Record<string, Step[]> = {
   ATPC0205: [after('REQUESTED', 'terminate')],
 };
 
-/** Datasets whose requests wait for the profile (their offers are seeded with manual approval). */
-export const manualDatasets = new Set(Object.keys(PROVIDER_SCRIPTS));
-
 interface Row {
   id: string;
   role: 'provider' | 'consumer';
   state: string;
   approval?: string | null;
+  flow_state?: string | null;
   key: string | null;
   offer?: Record<string, unknown>;
 }
@@ -123,13 +142,24 @@ const WAITING: readonly Situation[] = [
   'SUSPENDED',
 ];
 
-/** A provider's request awaiting approval is `pending`; a consumer's offer awaiting acceptance is just OFFERED. */
-const situationOf = (r: Row): Situation | null =>
-  r.role === 'provider' && r.state === 'REQUESTED' && r.approval === 'pending'
-    ? 'pending'
-    : (WAITING.find((s) => s === r.state) ?? null);
+/**
+ * Where we decide, a state counts only once the workflow shows it waits for us (`approval:
+ * pending`, a transfer's `awaiting_start`): a step taken earlier would race the workflow.
+ */
+const HOLDS: Record<'negotiation' | 'transfer', Record<Row['role'], readonly string[]>> = {
+  negotiation: { provider: ['REQUESTED', 'ACCEPTED', 'VERIFIED'], consumer: ['OFFERED', 'AGREED'] },
+  transfer: { provider: ['REQUESTED'], consumer: [] },
+};
 
-/** The counter-offer we make: the offer in force, without its target (the workflow sets it) and empty rule lists. */
+function situationOf(kind: 'negotiation' | 'transfer', r: Row): Situation | null {
+  const state = WAITING.find((s) => s === r.state);
+  if (!state) return null;
+  if (!HOLDS[kind][r.role].includes(state)) return state;
+  const held = kind === 'negotiation' ? r.approval === 'pending' : r.flow_state === 'awaiting_start';
+  return held ? state : null;
+}
+
+/** The offer we answer with (counter-offer, counter-request): the one in force, without its target (the workflow sets it). */
 function counterOffer(current: Record<string, unknown>) {
   const out: Record<string, unknown> = { '@id': current['@id'] };
   for (const key of ['permission', 'prohibition', 'obligation']) {
@@ -160,16 +190,9 @@ const negotiations: Watched = {
       .select('id', 'role', 'state', 'approval', 'dataset_id as key', 'offer'),
   scripts: { provider: PROVIDER_SCRIPTS, consumer: CONSUMER_SCRIPTS },
   async act(operator, row, action) {
-    if (action === 'counter_request') {
-      // A consumer's counter-request has no operator action yet (tck-findings.md).
-      throw new Error('the consumer cannot send a counter-request (no operator action for it)');
-    }
     const path = `/api/v1/negotiations/${encodeURIComponent(row.id)}/${action.replace('_', '-')}`;
-    await decide(
-      operator,
-      path,
-      action === 'counter_offer' ? { offer: counterOffer(row.offer ?? {}) } : undefined,
-    );
+    const carriesOffer = action === 'counter_offer' || action === 'counter_request';
+    await decide(operator, path, carriesOffer ? { offer: counterOffer(row.offer ?? {}) } : undefined);
   },
 };
 
@@ -179,7 +202,7 @@ const transfers: Watched = {
     (await db.schema.hasTable('transfers'))
       ? db('transfers')
           .whereNotIn('state', ['COMPLETED', 'TERMINATED'])
-          .select('id', 'role', 'state', 'agreement_id as key')
+          .select('id', 'role', 'state', 'flow_state', 'agreement_id as key')
       : [],
   scripts: { provider: PROVIDER_TRANSFER_SCRIPTS, consumer: CONSUMER_TRANSFER_SCRIPTS },
   act: (operator, row, action) =>
@@ -201,7 +224,7 @@ export function startDirector(db: Db, operator: Operator, logger: Logger, pollMs
   async function follow(watched: Watched) {
     for (const row of await watched.rows(db)) {
       const step = watched.scripts[row.role]?.[row.key ?? '']?.[next.get(row.id) ?? 0];
-      if (!step || busy.has(row.id) || situationOf(row) !== step.on) continue;
+      if (!step || busy.has(row.id) || situationOf(watched.kind, row) !== step.on) continue;
       busy.add(row.id);
       next.set(row.id, (next.get(row.id) ?? 0) + 1);
       logger.info({ process: row.id, key: row.key, step }, `tck profile: scripted ${watched.kind} step`);

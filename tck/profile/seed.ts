@@ -11,7 +11,7 @@ import type { Db } from '../../db/knex.js';
 import { agreementStore } from '../../db/agreements.js';
 import { negotiationStore } from '../../db/negotiations.js';
 import type { Operator } from './operator.js';
-import { manualDatasets } from './scripts.js';
+import { PROVIDER_SCRIPTS } from './scripts.js';
 
 export const CATALOG_DATASETS = ['CAT0101', 'CAT0102'];
 export const NEGOTIATION_DATASETS = [
@@ -75,8 +75,9 @@ export async function seedDatasets(operator: Operator, backend: { url: string; k
         asset_id: id,
         access_policy_id: POLICY,
         contract_policy_id: POLICY,
-        // Scripted datasets wait for the profile's decision, as a request waits for an operator's.
-        approval: manualDatasets.has(id) ? 'manual' : 'automatic',
+        // Scripted datasets wait for the profile before each of our moves, as for an operator's
+        // decision; so does the first start of every transfer under the seeded agreements.
+        approval: id in PROVIDER_SCRIPTS || id === AGREEMENT_DATASET ? 'stepwise' : 'automatic',
       },
       created,
     );

@@ -106,10 +106,14 @@ export function tckWebhooks(options: WebhookOptions): Router {
       ctx.request.body,
     );
     // The TCK names the offer but does not serve a catalog: the offer we send back is the one
-    // it named (its id exactly), with the plain use permission its scenarios offer.
+    // it named (its id exactly), with the plain use permission its scenarios offer. It signs
+    // agreements with its participant id (it has no DID), which the consumer then checks as
+    // the assigner. Stepwise: our verification waits for the script (tck/profile/scripts.ts).
     const result = await operator().call('POST', '/api/v1/negotiations', {
       counterparty_address: r.connectorAddress,
       counterparty_did: options.participant.did,
+      counterparty_participant_id: options.participant.id,
+      stepwise: true,
       offer: { '@id': r.offerId, '@type': 'Offer', permission: [{ action: 'use' }] },
       dataset_id: r.datasetId,
     });

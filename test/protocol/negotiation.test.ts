@@ -147,6 +147,23 @@ describe('contract negotiation between two connectors (DSP 2025-1)', function ()
     expect(attrs.Counterparty).to.deep.equal([consumer.did]);
   });
 
+  it('stores the consumer agreement before FINALIZED shows: it reads and a transfer starts at once', async () => {
+    const { offerId, datasetId } = await publishOffer(provider, backend, 'automatic', 'stored-first');
+    const started = await start(offerId, datasetId);
+    expect(started.status, JSON.stringify(started.body)).to.equal(201);
+    const done = await waitFor(consumer.api, started.body.id, (n) => n.state === 'FINALIZED');
+    // Straight after the first read that shows FINALIZED, with no wait in between.
+    const agreement = await consumer.api.get(`/api/v1/agreements/${encodeURIComponent(done.agreement_id)}`);
+    expect(agreement.status, JSON.stringify(agreement.body)).to.equal(200);
+    expect(agreement.body).to.include({ negotiation_id: started.body.id, role: 'consumer', state: 'active' });
+    // The agreement row exists before the FINALIZED entry is written (not only by the time we look).
+    const finalized = done.history.find((h: { state: string }) => h.state === 'FINALIZED');
+    expect(Date.parse(agreement.body.created_at)).to.be.at.most(Date.parse(finalized.at));
+    const transfer = await consumer.api.post('/api/v1/transfers', { agreement_id: done.agreement_id });
+    expect(transfer.status, JSON.stringify(transfer.body)).to.equal(201);
+    expect(transfer.body).to.include({ role: 'consumer', agreement_id: done.agreement_id });
+  });
+
   it('waits for an operator with manual approval; approve finalizes it', async () => {
     const { offerId, datasetId } = await publishOffer(provider, backend, 'manual', 'manual-offer');
     const started = await start(offerId, datasetId);

@@ -384,6 +384,22 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     await refused({ ...fresh(), format: 'HttpData-PUSH' }, 400, 'unsupported_format');
     const invalid = await refused({ ...fresh(), callbackAddress: undefined }, 400, 'invalid_message');
     expect(invalid.body.reason[0]).to.include('callbackAddress');
+    // The callbackAddress is bound to the caller as for a negotiation: no transfer comes of it.
+    for (const [callbackAddress, reason] of [
+      ['https://example.com/dsp', "not on the caller's host"],
+      ['http://10.1.2.3/dsp', 'https'],
+      ['http://user:pw@127.0.0.1:1/dsp', 'credentials'],
+      ['http://127.0.0.1:1/dsp?x=1', 'query'],
+    ]) {
+      const body = { ...fresh(), callbackAddress };
+      const res = await refused(body, 400, 'invalid_callback');
+      expect(res.body.reason[0], callbackAddress).to.include(reason!);
+      expect(res.body.consumerPid).to.equal(body.consumerPid);
+      const made = (await provider.api.get('/api/v1/transfers?role=provider&limit=200')).body.items.filter(
+        (t: { consumer_pid: string }) => t.consumer_pid === body.consumerPid,
+      );
+      expect(made).to.deep.equal([]);
+    }
 
     // Another member is not a party to this agreement: as unknown to it as a missing one.
     const outsider = await startParticipant('outsider', authority);

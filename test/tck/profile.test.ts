@@ -151,6 +151,21 @@ describe('DSP TCK profile (tck/profile)', function () {
     expect(negotiation.body).to.include({ state: 'FINALIZED', counterparty_address: tckAddress });
   });
 
+  it('seeds stepwise offers where the scripts decide each move (negotiations and the ATP agreements), automatic elsewhere', async () => {
+    const api = client(connector.url, connector.initialAdminKey!);
+    for (const [offer, approval] of [
+      ['CD123:ACN0101:456', 'stepwise'],
+      ['CD123:ACN0304:456', 'stepwise'],
+      // The offer behind the seeded agreements: a provider transfer waits for the script's start.
+      ['CD123:CAT0101:456', 'stepwise'],
+      ['CD123:CAT0102:456', 'automatic'],
+    ]) {
+      const res = await api.get(`/api/v1/offers/${encodeURIComponent(offer!)}`);
+      expect(res.status, offer).to.equal(200);
+      expect(res.body.approval, offer).to.equal(approval);
+    }
+  });
+
   it('refuses webhook calls without the TCK Authorization value', async () => {
     const res = await client(connector.url).post(NEGOTIATION_WEBHOOK, {}, { authorization: 'Bearer nope' });
     expect(res.status).to.equal(401);
@@ -229,6 +244,55 @@ describe('DSP TCK profile (tck/profile)', function () {
     });
     // Our own connector token, as to any peer: the profile changes nothing outbound.
     expect(request.authorization).to.match(/^Bearer [\w-]+\.[\w-]+\.[\w-]+$/);
+  });
+  it('starts consumer negotiations stepwise, taking an agreement the TCK signs with its participant id', async () => {
+    const hooks = client(connector.url);
+    // ACNC0201 has no scripted step: nothing but the TCK moves this negotiation.
+    const res = await hooks.post(
+      NEGOTIATION_WEBHOOK,
+      {
+        providerId: 'TCK_PARTICIPANT',
+        offerId: 'CD123:ACNC0201:456',
+        datasetId: 'ACNC0201',
+        connectorAddress: tckAddress,
+      },
+      asTck,
+    );
+    expect(res.status, JSON.stringify(res.body)).to.equal(201);
+    const api = client(connector.url, connector.initialAdminKey!);
+    const negotiation = `/api/v1/negotiations/${encodeURIComponent(res.body.id)}`;
+    const deadline = Date.now() + 15_000;
+    while ((await api.get(negotiation)).body.state !== 'REQUESTED' && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 25));
+    const agreed = await dsp().post(
+      `/negotiations/${encodeURIComponent(res.body.consumer_pid)}/agreement`,
+      {
+        '@context': [DSP_CONTEXT_URL],
+        '@type': 'ContractAgreementMessage',
+        providerPid: 'urn:uuid:tck-provider-pid',
+        consumerPid: res.body.consumer_pid,
+        agreement: {
+          '@id': 'urn:uuid:tck-agreement-acnc0201',
+          '@type': 'Agreement',
+          target: 'ACNC0201',
+          assigner: 'TCK_PARTICIPANT',
+          assignee: connector.identity.did,
+          timestamp: new Date().toISOString(),
+          permission: [{ action: 'use' }],
+        },
+      },
+      asTck,
+    );
+    expect(agreed.status, JSON.stringify(agreed.body)).to.equal(200);
+    expect(agreed.body).to.include({ '@type': 'ContractNegotiation', state: 'AGREED' });
+    // The assigner check passed (no agreement_mismatch) and our verification waits for the script.
+    let held = (await api.get(negotiation)).body;
+    while (held.state === 'AGREED' && held.approval !== 'pending' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 25));
+      held = (await api.get(negotiation)).body;
+    }
+    expect(held).to.include({ state: 'AGREED', approval: 'pending', error: null });
+    expect(held.history.at(-1).note).to.equal('awaiting approval to verify the agreement');
   });
 });
 
