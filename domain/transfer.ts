@@ -134,6 +134,8 @@ export function renewalDueAt(receivedAtMs: number, expiresAtMs: number): number 
 
 /** Our JSON-LD context for the agreement termination message (docs/transfers.md). */
 export const AGREEMENT_CONTEXT_URL = 'https://w3id.org/building-data/agreements/v1/context.jsonld';
+/** Where every connector serves AGREEMENT_CONTEXT_DOCUMENT (below its public URL). */
+export const AGREEMENT_CONTEXT_PATH = '/contexts/agreements-v1.jsonld';
 export const AGREEMENT_NAMESPACE = 'https://w3id.org/building-data/agreements/v1#';
 
 /** The context document behind AGREEMENT_CONTEXT_URL (protected, like the DSP context). */

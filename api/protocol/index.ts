@@ -14,6 +14,7 @@ import { CatalogError, catalogErrorBody, catalogRoutes } from './catalog.js';
 import { DspError, dspErrors, dspNegotiationRoutes } from './negotiations.js';
 import { dspTransferRoutes, transferErrors } from './transfers.js';
 import { agreementErrors, dspAgreementRoutes } from './agreements.js';
+import { AGREEMENT_CONTEXT_DOCUMENT, AGREEMENT_CONTEXT_PATH } from '../../domain/transfer.js';
 
 export function versionRouter(): Router {
   const router = new Router();
@@ -26,6 +27,13 @@ export function versionRouter(): Router {
     ctx.type = 'application/ld+json';
     ctx.set('cache-control', 'public, max-age=86400');
     ctx.body = buildingDataContext;
+  });
+  // The context of our AgreementTerminationMessage (docs/transfers.md), shipped with every connector
+  // so that a peer's document loader can fetch it from the party it talks to.
+  router.get(AGREEMENT_CONTEXT_PATH, function agreementContextDocument(ctx) {
+    ctx.type = 'application/ld+json';
+    ctx.set('cache-control', 'public, max-age=86400');
+    ctx.body = AGREEMENT_CONTEXT_DOCUMENT;
   });
   return router;
 }

@@ -650,6 +650,18 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     await waitAgreementOutbox(consumer, id);
   });
 
+  it('serves the JSON-LD context of the AgreementTerminationMessage', async () => {
+    const res = await fetch(`${provider.connector.url}/contexts/agreements-v1.jsonld`);
+    expect(res.status).to.equal(200);
+    expect(res.headers.get('content-type')).to.include('application/ld+json');
+    const body = (await res.json()) as { '@context': Record<string, unknown> };
+    expect(body['@context']).to.include({
+      '@protected': true,
+      pla: 'https://w3id.org/building-data/agreements/v1#',
+      AgreementTerminationMessage: 'pla:AgreementTerminationMessage',
+    });
+  });
+
   it('ends an agreement from the provider: the consumer learns it and its transfers end', async () => {
     const id = await agreement();
     const { c, p } = await runningTransfer(id);
