@@ -61,6 +61,24 @@ export async function bundleWorkflows(): Promise<WorkflowBundleOption> {
   return { code };
 }
 
+/**
+ * The SDK passes failures as `error` (an Error, whose fields JSON does not show: `{}` in the log).
+ * pino serializes errors under `err` (type, message, stack, cause), so they are moved there.
+ */
+function withSerializableErrors(meta: Record<string, unknown> | undefined): Record<string, unknown> {
+  if (!meta) return {};
+  const { error, failure, ...rest } = meta;
+  return {
+    ...rest,
+    ...(error instanceof Error ? { err: error } : error !== undefined ? { error } : {}),
+    ...(failure instanceof Error
+      ? { failure: { message: failure.message, type: failure.name } }
+      : failure !== undefined
+        ? { failure }
+        : {}),
+  };
+}
+
 /** The SDK's own logs go to our logger at warn and above; it can be installed once per process. */
 function installTemporalRuntime(logger: Logger) {
   try {
@@ -68,8 +86,9 @@ function installTemporalRuntime(logger: Logger) {
       // We stop the worker ourselves (in order, after the HTTP server); the SDK must not exit on signals.
       shutdownSignals: [],
       logger: new DefaultLogger('WARN', ({ level, message, meta }) => {
-        if (level === 'ERROR') logger.error(meta ?? {}, message);
-        else logger.warn(meta ?? {}, message);
+        const fields = withSerializableErrors(meta);
+        if (level === 'ERROR') logger.error(fields, message);
+        else logger.warn(fields, message);
       }),
     });
   } catch {
@@ -216,6 +235,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         responseTimeoutMs: config.negotiationDeadlineMs,
         allowLoopbackPeers: config.identity.didWebAllowHttp,
         deliveryRetry: DEFAULT_DELIVERY_RETRY,
+        transferHistoryLimit: config.transferHistoryLimit,
       },
       authority: trust.authority,
     };

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync, type ChildProcess } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
 import { Connection } from '@temporalio/client';
 import { freePort, portIsFree, spawnBound, stopChild, waitUntil } from './processes.js';
 import { SEARCH_ATTRIBUTES } from '../domain/search-attributes.js';
@@ -163,9 +164,18 @@ export async function startTemporalDevServer(options: {
   const uiPort = options.headless
     ? null
     : (options.uiPort ?? ((await portIsFree(port + 1000)) ? port + 1000 : await freePort()));
+  // Two stacks started at the same moment can both find a port free; the second server then
+  // fails to bind while the first one answers on that port. So our server also gets a namespace
+  // of its own, and it is ready when *that* namespace answers: never another stack's server.
+  const marker = `stack-${createHash('sha256')
+    .update(options.dbFile ? path.resolve(options.dbFile) : randomUUID())
+    .digest('hex')
+    .slice(0, 12)}`;
   const args = [
     'server',
     'start-dev',
+    '--namespace',
+    marker,
     '--ip',
     '127.0.0.1',
     '--port',
@@ -196,6 +206,7 @@ export async function startTemporalDevServer(options: {
     async () => {
       const connection = await Connection.connect({ address, connectTimeout: 1000 });
       try {
+        await connection.workflowService.describeNamespace({ namespace: marker });
         await connection.workflowService.describeNamespace({ namespace: options.namespace ?? 'default' });
         return true;
       } finally {

@@ -53,7 +53,9 @@ export async function deliverFromOutbox(
     const cause = err instanceof ActivityFailure ? err.cause : err;
     const reason =
       cause instanceof ApplicationFailure || cause instanceof Error ? cause.message : String(cause);
-    const error = `message not delivered after retries: ${reason}`;
+    // A final refusal (4xx) is not retried: say so rather than "after retries".
+    const refused = cause instanceof ApplicationFailure && cause.type === 'DeliveryRefused';
+    const error = refused ? `message refused: ${reason}` : `message not delivered after retries: ${reason}`;
     await CancellationScope.nonCancellable(() => dropOutboxMessage(outboxId, error));
     return { delivered: false, error };
   }

@@ -20,7 +20,15 @@ async function peer(statuses: number[], port = 0) {
       const status = statuses.shift() ?? 200;
       res
         .writeHead(status, { 'content-type': 'application/json' })
-        .end(JSON.stringify(status < 300 ? { ok: true } : { error: 'busy' }));
+        .end(
+          JSON.stringify(
+            status < 300
+              ? { ok: true }
+              : status === 403
+                ? { '@type': 'ContractNegotiationError', code: 'inactive_member', reason: ['not a member'] }
+                : { error: 'busy' },
+          ),
+        );
     });
   });
   await new Promise<void>((r) => server.listen(port, '127.0.0.1', () => r()));
@@ -101,6 +109,25 @@ describe('workflow: outbox delivery (worker on the Temporal dev server)', () => 
       expect((await outboxStore(connector.db).undelivered(row.process_id)).map((r) => r.id)).to.deep.equal([
         row.id,
       ]);
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('names the code and reasons of a protocol error body when the counterparty refuses', async () => {
+    const p = await peer([403]);
+    try {
+      const row = await enqueue(p.url);
+      const result = await deliver(row.id);
+      expect(result).to.deep.equal({
+        delivered: false,
+        error: 'message refused: the counterparty answered 403 inactive_member: not a member',
+      });
+      expect((await outboxStore(connector.db).get(row.id))!).to.include({
+        status: 'dropped',
+        attempts: 1,
+        last_error: 'message refused: the counterparty answered 403 inactive_member: not a member',
+      });
     } finally {
       await p.close();
     }
