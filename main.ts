@@ -238,6 +238,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         transferHistoryLimit: config.transferHistoryLimit,
       },
       authority: trust.authority,
+      peerTokens: { issue: (audienceDid) => identity.issueToken(audienceDid) },
     };
     const app = createApp(
       services,

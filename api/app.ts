@@ -24,8 +24,10 @@ import { negotiationRoutes } from './management/negotiations.js';
 import { outboxRoutes } from './management/outbox.js';
 import { transferRoutes } from './management/transfers.js';
 import { connectionRoutes } from './management/connections.js';
+import { catalogRoutes } from './management/catalog.js';
 import { dataPlaneRouter } from '../gateway/dataplane/router.js';
 import { gatewayRouter } from '../gateway/router.js';
+import { dropCoverageAfterWrites } from '../gateway/access-cache.js';
 import { settingRoutes } from './management/settings.js';
 import type { DataPlaneRuntime } from '../gateway/dataplane/runtime.js';
 
@@ -108,6 +110,7 @@ export function managementRouter(services: Services): { router: Router; registry
   const registry: RouteRegistry = { prefix: '/api/v1', specs: [] };
   const router = new Router({ prefix: registry.prefix });
   router.use(managementErrors(services.logger));
+  router.use(dropCoverageAfterWrites(services.db));
   // Who is calling comes first: nobody without a key gets a body parsed.
   router.use(authenticate(apiKeyStore(services.db)));
   router.use(refuseAnonymous(PUBLIC_PATHS));
@@ -124,6 +127,7 @@ export function managementRouter(services: Services): { router: Router; registry
     ...outboxRoutes(services),
     ...transferRoutes(services),
     ...connectionRoutes(services),
+    ...catalogRoutes(services),
     ...settingRoutes(services),
   ]);
   const document = buildOpenApi([registry], { version: services.version });

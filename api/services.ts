@@ -15,6 +15,8 @@ export interface Services {
   connector: ConnectorSettings;
   /** The data space's member registry (display names of counterparties). */
   authority?: AuthorityClient;
+  /** Self-issued connector tokens for calls the API makes to other connectors (a peer's catalog). */
+  peerTokens?: { issue(audienceDid: string): Promise<string> };
 }
 
 export interface ConnectorSettings {
@@ -30,4 +32,6 @@ export interface ConnectorSettings {
   /** DID_WEB_ALLOW_HTTP: loopback peers (DIDs and callback addresses) are accepted, for local runs. */
   allowLoopbackPeers?: boolean;
   deliveryRetry: DeliveryRetry;
+  /** TRANSFER_HISTORY_LIMIT: events after which a transfer's workflow continues as new. */
+  transferHistoryLimit?: number | null;
 }
