@@ -38,6 +38,8 @@ export interface Config {
   transferTokenTtlMs: number | null;
   /** DATAPLANE_LEASE_TTL: how long the active data plane instance's lease lasts unrenewed. */
   dataplaneLeaseTtlMs: number;
+  /** TRANSFER_HISTORY_LIMIT: events after which a transfer's workflow continues as new; null: Temporal's suggestion. */
+  transferHistoryLimit: number | null;
   identity: {
     /** CONNECTOR_DID; null: derived from PUBLIC_URL (auth/did.ts). */
     did: string | null;
@@ -82,6 +84,7 @@ const schema = Joi.object({
   TRANSFER_TOKEN_TTL: Joi.string()
     .custom((v: string, h) => ((parseDurationMs(v) ?? 0) >= 1000 ? v : h.error('any.invalid')))
     .message('"TRANSFER_TOKEN_TTL" must be an ISO 8601 duration of at least a second (e.g. PT10M)'),
+  TRANSFER_HISTORY_LIMIT: Joi.number().integer().min(20).max(50_000),
   DATAPLANE_LEASE_TTL: Joi.string()
     .custom((v: string, h) => ((parseDurationMs(v) ?? 0) >= 1000 ? v : h.error('any.invalid')))
     .message('"DATAPLANE_LEASE_TTL" must be an ISO 8601 duration of at least a second (e.g. PT10S)')
@@ -129,6 +132,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     negotiationDeadlineMs: parseDurationMs(v.NEGOTIATION_DEADLINE)!,
     transferTokenTtlMs: v.TRANSFER_TOKEN_TTL ? parseDurationMs(v.TRANSFER_TOKEN_TTL)! : null,
     dataplaneLeaseTtlMs: parseDurationMs(v.DATAPLANE_LEASE_TTL)!,
+    transferHistoryLimit: v.TRANSFER_HISTORY_LIMIT ?? null,
     identity: {
       did: v.CONNECTOR_DID ?? null,
       keyEncryptionKey: v.KEY_ENCRYPTION_KEY ?? null,

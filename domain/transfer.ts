@@ -115,6 +115,29 @@ export function actionTarget(
 export const SUPPORTED_FORMATS = ['HttpData-PULL'] as const;
 export const DEFAULT_FORMAT = 'HttpData-PULL';
 
+/**
+ * A transfer message as evidence: the bearer token in its data address replaced by `digest` of
+ * it (the SHA-256 the provider's data plane keeps), which still proves which token was sent. The
+ * evidence chain is permanent and may be disclosed; a token read from it could be renewed and
+ * the transfer taken over.
+ */
+export function withTokenDigest<T>(message: T, digest: (token: string) => string): T {
+  const address = (message as { dataAddress?: { endpointProperties?: unknown } } | null)?.dataAddress;
+  if (!address || typeof address !== 'object' || !Array.isArray(address.endpointProperties)) return message;
+  return {
+    ...message,
+    dataAddress: {
+      ...address,
+      endpointProperties: address.endpointProperties.map((p: unknown) => {
+        const property = p as { name?: unknown; value?: unknown } | null;
+        return property?.name === 'authorization' && typeof property.value === 'string'
+          ? { ...property, value: digest(property.value) }
+          : p;
+      }),
+    },
+  };
+}
+
 /** Which message kind a DSP transfer body is. */
 export function transferMessageKind(body: { '@type'?: unknown }): TransferMessage | null {
   const t = body['@type'];

@@ -3,6 +3,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { Party } from '../domain/negotiation.js';
 import type { TransferAction, TransferMessage, TransferState } from '../domain/transfer.js';
 import type { DeliveryRetry } from '../domain/outbox.js';
+import type { DataAddress } from '../gateway/dataplane/access.js';
 
 export interface TransferInput {
   role: Party;
@@ -29,6 +30,30 @@ export interface TransferInput {
    */
   startApproval?: { timeoutMs: number } | null;
   retry: DeliveryRetry;
+  /** Events after which the workflow continues as new (TRANSFER_HISTORY_LIMIT); else Temporal's suggestion. */
+  historyLimit?: number | null;
+  /** What the previous run handed over when it continued as new. */
+  carried?: TransferCarry | null;
+}
+
+/**
+ * A running transfer's state, handed from one run to the next: a transfer that never ends (a
+ * connection's) renews its token every few minutes, and a history that grows without bound
+ * would end it at Temporal's limit.
+ */
+export interface TransferCarry {
+  state: TransferState;
+  providerPid: string | null;
+  version: number;
+  error: string | null;
+  dataAddress: DataAddress | null;
+  addressReceivedAt: number;
+  renewalBlocked: boolean;
+  renewalRetryAt: number | null;
+  flowState: string | null;
+  issued: number;
+  /** The latest inbound message ids with their answers (a repeat still has no second effect). */
+  received: Array<[string, TransferAck]>;
 }
 
 export interface InboundTransferMessage {

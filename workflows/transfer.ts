@@ -13,6 +13,7 @@ import {
   ParentClosePolicy,
   allHandlersFinished,
   condition,
+  continueAsNew,
   getExternalWorkflowHandle,
   patched,
   proxyActivities,
@@ -60,6 +61,7 @@ import {
   type EndAgreement,
   type InboundTransferMessage,
   type TransferAck,
+  type TransferCarry,
   type TransferDecision,
   type TransferInput,
 } from './transfer-messages.js';
@@ -132,6 +134,11 @@ const withoutToken = (a: DataAddress): DataAddress => ({
 const illegal = (message: string) =>
   ApplicationFailure.create({ type: ILLEGAL_TRANSFER_TRANSITION, message, nonRetryable: true });
 
+/** Inbound message ids a run hands to the next (a peer repeats a message within moments, not days). */
+const CARRIED_MESSAGE_IDS = 200;
+/** Without TRANSFER_HISTORY_LIMIT: Temporal's suggestion, or at the latest this many events. */
+const DEFAULT_HISTORY_LIMIT = 10_000;
+
 const failureMessage = (err: unknown): string => {
   const cause = err instanceof ActivityFailure ? err.cause : err;
   return cause instanceof Error ? cause.message : String(cause);
@@ -165,6 +172,37 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
   const received = new Map<string, TransferAck>();
   const now = () => new Date().toISOString();
   const ack = (): TransferAck => ({ state, providerPid, consumerPid: input.consumerPid });
+
+  // A run that continues an earlier one (continueAsNew): its request and first start are behind it.
+  const carried = input.carried ?? null;
+  if (carried) {
+    ({ state, providerPid, version, error, dataAddress, addressReceivedAt, flowState, issued } = carried);
+    ({ renewalBlocked, renewalRetryAt } = carried);
+    for (const [id, answer] of carried.received) received.set(id, answer);
+    recorded = 1;
+    upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
+  }
+
+  /** The state this run hands to the next one. */
+  const carry = (): TransferCarry => ({
+    state,
+    providerPid,
+    version,
+    error,
+    dataAddress,
+    addressReceivedAt,
+    renewalBlocked,
+    renewalRetryAt,
+    flowState,
+    issued,
+    received: [...received].slice(-CARRIED_MESSAGE_IDS),
+  });
+
+  /** Whether this run's history is long enough to hand over to a fresh run. */
+  const historyFull = () => {
+    const info = workflowInfo();
+    return info.continueAsNewSuggested || info.historyLength >= (input.historyLimit ?? DEFAULT_HISTORY_LIMIT);
+  };
 
   function snapshot(): TransferSnapshot {
     return {
@@ -486,7 +524,9 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
     await record(note(error));
   }
 
-  if (role === 'consumer') {
+  if (carried) {
+    // Continued: nothing to request or wait for.
+  } else if (role === 'consumer') {
     state = 'REQUESTED';
     const request = transferRequestMessage({
       id: `urn:uuid:${uuid4()}`,
@@ -534,6 +574,12 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
     if (due !== null && due <= Date.now()) {
       await renew();
       continue;
+    }
+    // Idle, with a long history: hand over to a fresh run once no Update is halfway.
+    if (historyFull()) {
+      await condition(allHandlersFinished);
+      if (outgoing.length > 0 || firstStartDue || isTransferEnded(state)) continue;
+      return continueAsNew<typeof transfer>({ ...input, carried: carry() });
     }
     const seen = { state: currentState(), addressVersion, blocked: renewalBlocked };
     await condition(

@@ -201,6 +201,7 @@ export function transferRoutes(services: Services) {
           connectionAlias: body.connection_alias ?? null,
           dataplaneEndpoint: null,
           retry: services.connector.deliveryRetry,
+          historyLimit: services.connector.transferHistoryLimit ?? null,
         };
         await temporal().workflow.executeUpdateWithStart(transferStartedUpdate, {
           startWorkflowOperation: new WithStartWorkflowOperation('transfer', {
@@ -277,7 +278,15 @@ export function transferRoutes(services: Services) {
       tag: 'agreements',
       role: 'operator',
       params: idParams,
-      body: Joi.object({ reason: Joi.string().max(500).allow(null) }),
+      body: Joi.object({
+        // Stored with the agreement's end (a text column cannot hold NUL) and sent to the counterparty.
+        reason: Joi.string()
+          .max(500)
+          // eslint-disable-next-line no-control-regex -- NUL is exactly what is refused
+          .pattern(/^[^\u0000]*$/, 'text')
+          .allow(null)
+          .messages({ 'string.pattern.name': '{{#label}} must not contain a NUL character' }),
+      }),
       errors: ['conflict'],
       async handler({ params, body, caller }) {
         const agreement = await agreementStore(db).get(params.id);

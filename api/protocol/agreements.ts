@@ -24,6 +24,7 @@ import {
   type EndAgreement,
 } from '../../workflows/transfer-messages.js';
 import { agreementTerminationSchema } from './transfer-schemas.js';
+import { messageShapeProblem } from './schemas.js';
 
 const AGREEMENTS_PATH = `${DSP_BASE_PATH}/agreements`;
 
@@ -71,6 +72,9 @@ export function dspAgreementRoutes(router: Router, services: Services): void {
     const id = ctx.params.id!;
     const { error, value } = agreementTerminationSchema.validate(ctx.request.body, { abortEarly: true });
     if (error) throw new DspError(400, 'invalid_message', [error.message]);
+    // What a text column cannot hold would fail the end's activity over and over.
+    const problem = messageShapeProblem(value);
+    if (problem) throw new DspError(400, 'invalid_message', [problem]);
     const body = value as { agreementId: string; code?: string; reason?: string[] };
     if (body.agreementId !== id)
       throw new DspError(400, 'id_mismatch', ['the message names another agreement than its address']);

@@ -34,8 +34,10 @@ import {
   transferError,
   transferMessageKind,
   transferProcessAck,
+  withTokenDigest,
   type TransferMessage,
 } from '../../domain/transfer.js';
+import { tokenDigest } from '../../activities/transfer.js';
 import {
   ILLEGAL_TRANSFER_TRANSITION,
   transferMessageUpdate,
@@ -92,6 +94,8 @@ function illegal(err: unknown): string | null {
     : null;
 }
 
+const peerPidName = (r: TransferRecord) => (r.role === 'provider' ? 'consumerPid' : 'providerPid');
+
 const ackOf = (r: TransferRecord) => transferProcessAck(r.provider_pid ?? '', r.consumer_pid, r.state);
 
 export function dspTransferRoutes(router: Router, services: Services): void {
@@ -106,7 +110,13 @@ export function dspTransferRoutes(router: Router, services: Services): void {
     const entry = await evidenceStore(db).append({
       kind: 'dsp.inbound',
       process_id: processId,
-      payload: { from: peerOf(ctx).did, method: ctx.method, path: ctx.path, message: body },
+      payload: {
+        from: peerOf(ctx).did,
+        method: ctx.method,
+        path: ctx.path,
+        // A start's token is kept as its digest only (domain/transfer.ts withTokenDigest).
+        message: withTokenDigest(body, tokenDigest),
+      },
     });
     return entry.id;
   }
@@ -177,6 +187,7 @@ export function dspTransferRoutes(router: Router, services: Services): void {
           ? { timeoutMs: services.connector.approvalTimeoutMs }
           : null,
       retry: services.connector.deliveryRetry,
+      historyLimit: services.connector.transferHistoryLimit ?? null,
     };
     const evidenceId = await recordInbound(ctx, providerPid, body);
     const ack = await temporal().workflow.executeUpdateWithStart(transferMessageUpdate, {
@@ -213,6 +224,17 @@ export function dspTransferRoutes(router: Router, services: Services): void {
     const ours = record.role === 'provider' ? body.providerPid : body.consumerPid;
     if (ours !== id)
       throw new DspError(400, 'pid_mismatch', ['the message names another process than its address'], body);
+    // DSP: once created, every message carries both pids; the peer's must be the one we know
+    // (a consumer may not know the providerPid before our acknowledgement is recorded).
+    const theirs = record.role === 'provider' ? body.consumerPid : body.providerPid;
+    const known = record.role === 'provider' ? record.consumer_pid : record.provider_pid;
+    if (known !== null && theirs !== known)
+      throw new DspError(
+        400,
+        'pid_mismatch',
+        [`the message names another ${peerPidName(record)} than this process's`],
+        pids,
+      );
     const kind = transferMessageKind(body) as TransferMessage;
     if (kind === 'TransferStartMessage' && record.role === 'consumer' && record.format.endsWith('-PULL')) {
       const address = body.dataAddress as { endpoint?: string } | undefined;

@@ -18,7 +18,12 @@ import {
 } from '../support/dataspace.js';
 import type { RunningAuthority } from '../../dev/authority/index.js';
 import type { RunningBuildingBackend } from '../../dev/building-backend/index.js';
-import { endpointProperty, verifyTransferToken, type DataAddress } from '../../gateway/dataplane/access.js';
+import {
+  endpointProperty,
+  hashToken,
+  verifyTransferToken,
+  type DataAddress,
+} from '../../gateway/dataplane/access.js';
 import { MASK } from '../../domain/masking.js';
 import { recordHistory } from '../support/histories.js';
 
@@ -167,6 +172,20 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     const first = (await storedAddress(c.id))!;
     expect(token(first)).to.match(/^dpt_/);
     expect(await verifyTransferToken(provider.connector.db, token(first))).to.include({ agreementId });
+    // The evidence of the start message on both sides names the token by its digest only.
+    for (const side of [provider, consumer]) {
+      const evidence = async (text: string) =>
+        Number(
+          (
+            await side.connector
+              .db('evidence')
+              .whereRaw("convert_from(canonical, 'UTF8') like ?", [`%${text}%`])
+              .count<Array<{ count: string }>>('* as count')
+          )[0]!.count,
+        );
+      expect(await evidence(token(first)), 'token in the evidence').to.equal(0);
+      expect(await evidence(`sha256:${hashToken(token(first))}`), 'digest in the evidence').to.equal(1);
+    }
 
     const p = await waitTransfer(
       provider.api,
@@ -476,6 +495,35 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     );
     expect(mismatch.status).to.equal(400);
     expect(mismatch.body.code).to.equal('pid_mismatch');
+    // The right address, but the consumer names another of its processes: refused, nothing happens.
+    const otherProcess = await dsp.post(
+      at('termination'),
+      message('TransferTerminationMessage', { consumerPid: `urn:uuid:${randomUUID()}` }),
+      await asConsumer(),
+    );
+    expect(otherProcess.status, JSON.stringify(otherProcess.body)).to.equal(400);
+    expect(otherProcess.body).to.include({
+      '@type': 'TransferError',
+      code: 'pid_mismatch',
+      providerPid: p.id,
+      consumerPid: c.consumer_pid,
+    });
+    expect((await provider.api.get(`/api/v1/transfers/${encodeURIComponent(p.id)}`)).body.state).to.equal(
+      'SUSPENDED',
+    );
+    // The same on the consumer's callback side: a providerPid other than the one it knows.
+    const consumerState = (await consumer.api.get(`/api/v1/transfers/${encodeURIComponent(c.id)}`)).body
+      .state;
+    const wrongProvider = await client(consumer.dsp).post(
+      `/transfers/${encodeURIComponent(c.id)}/termination`,
+      { ...message('TransferTerminationMessage'), providerPid: `urn:uuid:${randomUUID()}` },
+      { authorization: `Bearer ${await provider.connector.identity.issueToken(consumer.did)}` },
+    );
+    expect(wrongProvider.status, JSON.stringify(wrongProvider.body)).to.equal(400);
+    expect(wrongProvider.body).to.include({ '@type': 'TransferError', code: 'pid_mismatch' });
+    expect((await consumer.api.get(`/api/v1/transfers/${encodeURIComponent(c.id)}`)).body.state).to.equal(
+      consumerState,
+    );
     // Termination, then the same kind again: the same state, no second effect, also once the workflow ended.
     const terminated = await dsp.post(
       at('termination'),
@@ -650,6 +698,40 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     await waitAgreementOutbox(consumer, id);
   });
 
+  it('refuses an agreement termination carrying what cannot be stored (NUL), from a peer or an operator', async () => {
+    const id = await agreement();
+    const path = `/api/v1/agreements/${encodeURIComponent(id)}/terminate`;
+    expectError(await consumer.api.post(path, { reason: 'done\u0000' }), 400, 'invalid_request', 'reason');
+    const dsp = client(provider.dsp);
+    const message = {
+      '@context': AGREEMENT_CONTEXT,
+      '@id': `urn:uuid:${randomUUID()}`,
+      '@type': 'AgreementTerminationMessage',
+      agreementId: id,
+      code: 'terminated',
+      reason: ['done\u0000'],
+    };
+    const at = `/agreements/${encodeURIComponent(id)}/termination`;
+    const refused = await dsp.post(at, message, await asConsumer());
+    expect(refused.status, JSON.stringify(refused.body)).to.equal(400);
+    expect(refused.body).to.include({ '@type': 'AgreementError', code: 'invalid_message', agreementId: id });
+    const withCode = await dsp.post(
+      at,
+      { ...message, code: 'x\u0000', reason: ['done'] },
+      await asConsumer(),
+    );
+    expect(withCode.status, JSON.stringify(withCode.body)).to.equal(400);
+    for (const side of [provider, consumer])
+      expect((await side.api.get(`/api/v1/agreements/${encodeURIComponent(id)}`)).body.state).to.equal(
+        'active',
+      );
+    // Nothing was left halfway: the agreement still ends as usual.
+    const ended = await consumer.api.post(path, { reason: 'done' });
+    expect(ended.status, JSON.stringify(ended.body)).to.equal(200);
+    expect((await waitAgreement(provider.api, id, (a) => a.state === 'ended')).end_reason).to.include('done');
+    await waitAgreementOutbox(consumer, id);
+  });
+
   it('serves the JSON-LD context of the AgreementTerminationMessage', async () => {
     const res = await fetch(`${provider.connector.url}/contexts/agreements-v1.jsonld`);
     expect(res.status).to.equal(200);
@@ -704,6 +786,73 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
         throw new Error(`the termination of ${id} was not delivered: ${JSON.stringify(row)}`);
       await new Promise((r) => setTimeout(r, 25));
     }
+  }
+
+  it('hands a long-running transfer to a fresh workflow run: state, renewals and actions carry on', async () => {
+    // A consumer whose transfer workflows continue as new after a few dozen events.
+    const long = await startParticipant('long-running', authority, { TRANSFER_HISTORY_LIMIT: '40' });
+    try {
+      const negotiated = await long.api.post('/api/v1/negotiations', {
+        counterparty_address: provider.dsp,
+        counterparty_did: provider.did,
+        offer_id: 'transfer-offer',
+        dataset_id: 'product-transfer-offer',
+      });
+      expect(negotiated.status, JSON.stringify(negotiated.body)).to.equal(201);
+      const id = (await waitFor(long.api, negotiated.body.id, (n) => n.state === 'FINALIZED')).agreement_id;
+      await waitAgreement(long.api, id, (a) => a.state === 'active');
+      await waitAgreement(provider.api, id, (a) => a.state === 'active');
+      const started = await long.api.post('/api/v1/transfers', { agreement_id: id });
+      expect(started.status, JSON.stringify(started.body)).to.equal(201);
+      const c = await waitTransfer(long.api, started.body.id, (t) => t.state === 'STARTED' && t.data_address);
+      const row = await long.connector.db('transfers').where({ id: c.id }).first('workflow_id');
+      const handle = long.connector.temporal.workflow.getHandle(row.workflow_id);
+
+      // Two renewals (the provider's tokens live 9 s): the history passes its limit meanwhile.
+      const renewed = await waitTransfer(
+        long.api,
+        c.id,
+        (t) =>
+          t.history.filter((h: { note: string | null }) => h.note === 'data address renewed').length >= 2,
+        40_000,
+      );
+      const history = await handle.fetchHistory();
+      const opened = history.events![0]!.workflowExecutionStartedEventAttributes!;
+      expect(opened.continuedExecutionRunId, 'the workflow continued as new').to.be.a('string').and.not.empty;
+      expect(history.events!.length).to.be.below(80);
+      // The same process: its state, pids, history and a working token.
+      expect(renewed).to.include({ state: 'STARTED', flow_state: 'ready', provider_pid: c.provider_pid });
+      const versions = (
+        await long.connector.db('transfer_history').where({ transfer_id: c.id }).select('version')
+      ).map((h: { version: number }) => h.version);
+      expect(versions).to.deep.equal([...versions].sort((a, b) => a - b));
+      expect(new Set(versions).size).to.equal(versions.length);
+      const address = (await storedAddressOf(long, c.id))!;
+      expect(await verifyTransferToken(provider.connector.db, token(address))).to.include({
+        transferId: c.provider_pid,
+      });
+
+      // Operator actions and the provider's messages reach the new run.
+      const suspended = await act(long, c.id, 'suspend');
+      expect(suspended.status, JSON.stringify(suspended.body)).to.equal(200);
+      expect(suspended.body).to.include({ state: 'SUSPENDED', data_address: null });
+      await waitTransfer(provider.api, c.provider_pid, (t) => t.state === 'SUSPENDED');
+      expect((await act(provider, c.provider_pid, 'resume')).body.state).to.equal('STARTED');
+      await waitTransfer(long.api, c.id, (t) => t.state === 'STARTED' && t.flow_state === 'ready');
+      expect((await act(long, c.id, 'terminate')).body.state).to.equal('TERMINATED');
+      await waitTransfer(provider.api, c.provider_pid, (t) => t.state === 'TERMINATED');
+      // The last run, which began from what the one before handed over, for the replay suite.
+      await handle.result();
+      await recordHistory(long.connector, row.workflow_id, 'transfer-consumer-continued');
+    } finally {
+      await long.connector.stop();
+    }
+  });
+
+  /** A consumer's stored (unmasked) data address. */
+  async function storedAddressOf(side: Participant, id: string): Promise<DataAddress | null> {
+    const row = await side.connector.db('transfers').where({ id }).first('data_address');
+    return row.data_address as DataAddress | null;
   }
 
   it('keeps a request REQUESTED while the provider is away; only terminate is possible then', async () => {
