@@ -19,11 +19,38 @@ const MAX_ANSWER_CHARS = 64 * 1024;
 function parseAnswer(text: string): unknown {
   if (!text || text.length > MAX_ANSWER_CHARS) return null;
   try {
-    return JSON.parse(text);
+    const answer: unknown = JSON.parse(text);
+    // PostgreSQL cannot store these (jsonb, text): such an answer would fail every retry.
+    return storable(answer) ? answer : null;
   } catch {
     return null;
   }
 }
+
+/** NUL and lone surrogates: JSON may carry them, PostgreSQL text and jsonb cannot. */
+// eslint-disable-next-line no-control-regex -- NUL is exactly what is looked for
+const UNSTORABLE = /\u0000|\p{Cs}/u;
+
+/** Whether a parsed JSON value holds no string (or key) PostgreSQL would refuse. */
+function storable(value: unknown): boolean {
+  const pending: unknown[] = [value];
+  while (pending.length) {
+    const v = pending.pop();
+    if (typeof v === 'string') {
+      if (UNSTORABLE.test(v)) return false;
+    } else if (v && typeof v === 'object') {
+      for (const [key, item] of Object.entries(v)) {
+        if (UNSTORABLE.test(key)) return false;
+        pending.push(item);
+      }
+    }
+  }
+  return true;
+}
+
+/** Text from a peer made storable: what PostgreSQL refuses becomes U+FFFD. */
+// eslint-disable-next-line no-control-regex -- NUL is exactly what is replaced
+const storableText = (text: string) => text.replace(/\u0000|\p{Cs}/gu, '\uFFFD');
 
 export function createOutboxActivities(deps: OutboxDeps) {
   const store = outboxStore(deps.db);
@@ -71,7 +98,7 @@ export function createOutboxActivities(deps: OutboxDeps) {
           await store.markDelivered(id, status, answer);
           return { status, body: answer };
         }
-        error = describeAnswer(status, text);
+        error = storableText(describeAnswer(status, text));
       } catch (err) {
         const e = err as { code?: string; name?: string; message?: string };
         error =
@@ -79,7 +106,7 @@ export function createOutboxActivities(deps: OutboxDeps) {
             ? 'connection refused'
             : e.name === 'TimeoutError'
               ? 'timed out'
-              : (e.message ?? String(err));
+              : storableText(e.message ?? String(err));
       }
       await store.recordAttempt(id, { error, status, nextAttemptAt });
       if (status !== null && !isRetryableStatus(status)) {

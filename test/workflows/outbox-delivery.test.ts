@@ -133,6 +133,37 @@ describe('workflow: outbox delivery (worker on the Temporal dev server)', () => 
     }
   });
 
+  it('stores what a peer answers with NUL characters without failing: refusal text replaced, answer body left out', async () => {
+    for (const [status, answer] of [
+      [400, '{"code":"bad\\u0000code","reason":["nul \\u0000 here"]}'],
+      [200, '{"providerPid":"urn:uuid:\\u0000"}'],
+    ] as const) {
+      const server = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => res.writeHead(status, { 'content-type': 'application/json' }).end(answer));
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+      try {
+        const row = await enqueue(`http://127.0.0.1:${(server.address() as { port: number }).port}/dsp/x`);
+        const result = await deliver(row.id);
+        const after = (await outboxStore(connector.db).get(row.id))!;
+        if (status === 400) {
+          expect(result).to.deep.equal({
+            delivered: false,
+            error: 'message refused: the counterparty answered 400 bad\uFFFDcode: nul \uFFFD here',
+          });
+          expect(after).to.include({ status: 'dropped', attempts: 1 });
+        } else {
+          // Delivered once; the answer PostgreSQL cannot keep is not kept.
+          expect(result).to.deep.equal({ delivered: true, status: 200 });
+          expect(after).to.include({ status: 'delivered', attempts: 1, response_status: 200 });
+        }
+      } finally {
+        await new Promise((r) => server.close(r));
+      }
+    }
+  });
+
   it('drops a message when the retries run out, with a readable error and next_attempt_at shown', async () => {
     const port = await freePort(); // nobody listens here
     const row = await enqueue(`http://127.0.0.1:${port}/dsp/x`);
