@@ -18,12 +18,17 @@ import { outboxStore, type NewOutboxMessage } from '../db/outbox.js';
 import type { Party } from '../domain/negotiation.js';
 import {
   TokenRefreshError,
+  hashToken,
   issueTransferAccess,
   refreshTransferToken,
   revokeTransferAccess,
   type DataAddress,
 } from '../gateway/dataplane/access.js';
 import { AGREEMENT_ENDED, RENEWAL_REFUSED } from '../workflows/transfer-messages.js';
+import { withTokenDigest } from '../domain/transfer.js';
+
+/** How evidence names a pull token: its SHA-256, as the data plane stores it. */
+export const tokenDigest = (token: string) => `sha256:${hashToken(token)}`;
 
 /** Deterministic per transfer and version, so that a retried activity appends once. */
 const stateEvidenceId = (transferId: string, version: number) =>
@@ -71,6 +76,7 @@ export function createTransferActivities(deps: TransferActivityDeps) {
         },
       });
       await transferStore(db).record(snapshot, { ...entry, evidence_id: entry.evidence_id ?? stateEntry.id });
+      if (snapshot.connection_alias) await connectionStore(db).transferRecorded(snapshot.connection_alias);
       if (snapshot.connection_alias && snapshot.role === 'consumer' && snapshot.version === 1) {
         await activities.attachConnection(snapshot);
       }
@@ -83,7 +89,11 @@ export function createTransferActivities(deps: TransferActivityDeps) {
         id: message.evidence_id,
         kind: 'dsp.outbound',
         process_id: message.process_id,
-        payload: { to: message.counterparty_did, url: message.url, message: message.body },
+        payload: {
+          to: message.counterparty_did,
+          url: message.url,
+          message: withTokenDigest(message.body, tokenDigest),
+        },
       });
       const row = await outboxStore(db).insertOnce({ ...message, evidence_id: entry.id });
       return { outboxId: row.id, evidenceId: entry.id };

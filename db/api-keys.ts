@@ -1,6 +1,10 @@
 import type { Db } from './knex.js';
 import { pageBySeq, type PageRequest } from './paging.js';
 import { toRfc3339 } from '../domain/time.js';
+import { accessCachesOf, dropCachedAccess, notifyAccessChange } from '../gateway/access-cache.js';
+
+/** `last_used_at` is informative: written at most once a minute per key. */
+const TOUCH_INTERVAL_MS = 60_000;
 
 export const API_KEY_SCOPES = ['management', 'gateway'] as const;
 export type ApiKeyScope = (typeof API_KEY_SCOPES)[number];
@@ -37,6 +41,7 @@ const toRecord = (r: Row): ApiKeyRecord => ({
 });
 
 export function apiKeyStore(db: Db) {
+  const caches = accessCachesOf(db);
   return {
     async insert(key: {
       id: string;
@@ -49,10 +54,20 @@ export function apiKeyStore(db: Db) {
       const [row] = (await db('api_keys').insert(key).returning('*')) as Row[];
       return toRecord(row!);
     },
-    /** The key with its secret hash, for verification; revoked keys included (the caller decides). */
-    async findForVerification(id: string): Promise<(ApiKeyRecord & { secret_hash: string }) | undefined> {
-      const row = (await db('api_keys').where({ id }).first()) as Row | undefined;
-      return row ? { ...toRecord(row), secret_hash: row.secret_hash } : undefined;
+    /**
+     * The key with its secret hash, for verification; revoked keys included (the caller
+     * decides). Cached per key id (gateway/access-cache.ts): revoke() drops the entry here and
+     * in every other process. Unknown ids are not cached.
+     */
+    findForVerification(id: string): Promise<(ApiKeyRecord & { secret_hash: string }) | undefined> {
+      return caches.apiKeys.get(
+        id,
+        async () => {
+          const row = (await db('api_keys').where({ id }).first()) as Row | undefined;
+          return row ? { ...toRecord(row), secret_hash: row.secret_hash } : undefined;
+        },
+        { keep: (found) => found !== undefined },
+      );
     },
     async get(id: string) {
       const row = (await db('api_keys').where({ id }).first()) as Row | undefined;
@@ -63,15 +78,29 @@ export function apiKeyStore(db: Db) {
       const row = (await db('api_keys').count<{ count: number }[]>('* as count').first())!;
       return Number(row.count);
     },
+    /** Revoked for the next request, in this process and (by the notice) in every other. */
     async revoke(id: string) {
-      const [row] = (await db('api_keys')
-        .where({ id })
-        .update({ revoked_at: db.raw('coalesce(revoked_at, now())') })
-        .returning('*')) as Row[];
+      const row = await db.transaction(async (trx) => {
+        const [revoked] = (await trx('api_keys')
+          .where({ id })
+          .update({ revoked_at: trx.raw('coalesce(revoked_at, now())') })
+          .returning('*')) as Row[];
+        if (revoked) await notifyAccessChange(trx, { kind: 'api_key', id });
+        return revoked;
+      });
+      dropCachedAccess(db, { kind: 'api_key', id });
       return row ? toRecord(row) : undefined;
     },
-    /** Last-used times are informative; updating them at most once a minute keeps reads cheap. */
+    /**
+     * Last-used times are informative; the row is written at most once a minute, and this
+     * process does not even ask within a minute of its own last write.
+     */
     async touch(id: string) {
+      const now = performance.now();
+      const last = caches.lastTouched.get(id);
+      if (last !== undefined && now - last < TOUCH_INTERVAL_MS) return;
+      if (caches.lastTouched.size >= 10_000) caches.lastTouched.clear();
+      caches.lastTouched.set(id, now);
       await db('api_keys')
         .where({ id })
         .andWhere(

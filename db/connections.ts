@@ -8,6 +8,12 @@ import type { Db } from './knex.js';
 import { pageBySeq, type PageRequest } from './paging.js';
 import { toRfc3339 } from '../domain/time.js';
 import type { DataAddress } from '../gateway/dataplane/access.js';
+import {
+  accessChanged,
+  dropCachedAccess,
+  notifyAccessChange,
+  type AccessChange,
+} from '../gateway/access-cache.js';
 
 export type AppAccess = 'read' | 'read_write';
 
@@ -106,6 +112,21 @@ const toApp = (r: AppRow): ConnectionApp => ({
   updated_at: toRfc3339(r.updated_at),
 });
 
+/**
+ * A change of a connection or its applications, committed with its notice; the gateway's
+ * caches (gateway/access-cache.ts) drop the connection here and in every other process.
+ */
+async function changingConnection<T>(db: Db, alias: string, change: (trx: Db) => Promise<T>): Promise<T> {
+  const notice: AccessChange = { kind: 'connection', alias };
+  const result = await db.transaction(async (trx) => {
+    const changed = await change(trx);
+    await notifyAccessChange(trx, notice);
+    return changed;
+  });
+  dropCachedAccess(db, notice);
+  return result;
+}
+
 export function connectionStore(db: Db) {
   const base = () =>
     db('connections as c')
@@ -169,32 +190,46 @@ export function connectionStore(db: Db) {
       transferId: string;
       providerDid: string;
     }): Promise<void> {
-      await db('connections')
-        .insert({
-          alias: c.alias,
-          agreement_id: c.agreementId,
-          transfer_id: c.transferId,
-          provider_did: c.providerDid,
-        })
-        .onConflict('alias')
-        .merge({
-          agreement_id: c.agreementId,
-          transfer_id: c.transferId,
-          provider_did: c.providerDid,
-          updated_at: db.fn.now(),
-        });
+      await changingConnection(db, c.alias, (trx) =>
+        trx('connections')
+          .insert({
+            alias: c.alias,
+            agreement_id: c.agreementId,
+            transfer_id: c.transferId,
+            provider_did: c.providerDid,
+          })
+          .onConflict('alias')
+          .merge({
+            agreement_id: c.agreementId,
+            transfer_id: c.transferId,
+            provider_did: c.providerDid,
+            updated_at: trx.fn.now(),
+          }),
+      );
+    },
+    /**
+     * The state or data address of the connection's transfer was recorded (the transfers read
+     * model, after its commit): the gateway's cached route goes, here and in every other process.
+     */
+    async transferRecorded(alias: string): Promise<void> {
+      await accessChanged(db, { kind: 'connection', alias });
     },
     async remove(alias: string): Promise<boolean> {
-      return (await db('connections').where({ alias }).delete()) > 0;
+      return (await changingConnection(db, alias, (trx) => trx('connections').where({ alias }).delete())) > 0;
     },
     async setApp(alias: string, apiKeyId: string, access: AppAccess): Promise<void> {
-      await db('connection_apps')
-        .insert({ alias, api_key_id: apiKeyId, access })
-        .onConflict(['alias', 'api_key_id'])
-        .merge({ access, updated_at: db.fn.now() });
+      await changingConnection(db, alias, (trx) =>
+        trx('connection_apps')
+          .insert({ alias, api_key_id: apiKeyId, access })
+          .onConflict(['alias', 'api_key_id'])
+          .merge({ access, updated_at: trx.fn.now() }),
+      );
     },
     async removeApp(alias: string, apiKeyId: string): Promise<boolean> {
-      return (await db('connection_apps').where({ alias, api_key_id: apiKeyId }).delete()) > 0;
+      const removed = await changingConnection(db, alias, (trx) =>
+        trx('connection_apps').where({ alias, api_key_id: apiKeyId }).delete(),
+      );
+      return removed > 0;
     },
   };
 }

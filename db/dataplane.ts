@@ -22,6 +22,11 @@ export interface TokenRow {
   revoked_at: Date | null;
 }
 
+/** A usable token with how long it has left by the database's clock (callers' clocks may differ). */
+export interface UsableTokenRow extends TokenRow {
+  remaining_ms: number;
+}
+
 export interface NewToken {
   id: string;
   transfer_id: string;
@@ -49,10 +54,14 @@ export function dataplaneTokenStore(db: Knex | Knex.Transaction) {
     async findUsable(
       tokenHash: string,
       options: { forUpdate?: boolean } = {},
-    ): Promise<TokenRow | undefined> {
-      const q = usable(db('dataplane_tokens').where({ token_hash: tokenHash }), db).first();
+    ): Promise<UsableTokenRow | undefined> {
+      const q = usable(db('dataplane_tokens').where({ token_hash: tokenHash }), db).first(
+        '*',
+        db.raw('(EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::float8 AS remaining_ms'),
+      );
       if (options.forUpdate) void q.forUpdate();
-      return (await q) as TokenRow | undefined;
+      const row = (await q) as (TokenRow & { remaining_ms: string | number }) | undefined;
+      return row ? { ...row, remaining_ms: Number(row.remaining_ms) } : undefined;
     },
 
     async findByHash(tokenHash: string): Promise<TokenRow | undefined> {
@@ -83,7 +92,10 @@ export function dataplaneTokenStore(db: Knex | Knex.Transaction) {
       return row!;
     },
 
-    /** Revokes every token of a transfer that is still in force, except the one named. */
+    /**
+     * Revokes every token of a transfer that is still in force, except the one named. The
+     * caller sends the transfer's access notice (gateway/access-cache.ts) in the same transaction.
+     */
     async revokeTransfer(transferId: string, exceptId?: string): Promise<number> {
       const q = db('dataplane_tokens').where({ transfer_id: transferId }).whereNull('revoked_at');
       if (exceptId) void q.andWhereNot({ id: exceptId });

@@ -14,6 +14,7 @@
  * recorded before the application sees it.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { Transform, pipeline, type Readable } from 'node:stream';
 import Router from '@koa/router';
 import type { Context, Next } from 'koa';
 import { Agent, request, errors as undiciErrors } from 'undici';
@@ -22,6 +23,7 @@ import { authenticate, type Caller } from '../api/middleware/authenticate.js';
 import { jsonBodies } from '../api/middleware/json-body.js';
 import { apiKeyStore } from '../db/api-keys.js';
 import { findConnectionApp, findGatewayRoute, type GatewayRoute } from '../db/connections.js';
+import { accessCachesOf, appKey } from './access-cache.js';
 import { requestSegments } from '../domain/path-patterns.js';
 import { consumerAgreementPolicy } from '../db/dataplane.js';
 import { evidenceStore } from '../db/evidence.js';
@@ -73,26 +75,76 @@ interface GatewayState {
 
 interface Forwarded {
   status: number;
+  /** The whole answer; empty when it is passed on as a stream. */
   body: Buffer;
+  /** A success answer passed on as it arrives (its length declared, within the cap). */
+  stream?: { body: Readable; length: number };
   origin: string | null;
   retryAfterSeconds: number | undefined;
   /** The PL-Evidence header, when the data plane signed its answer. */
   signature: string | undefined;
-  /** What the answer's signature must be bound to. */
-  request: Omit<AnsweredRequest, 'agreementId' | 'status'>;
+  /** What the answer's signature must be bound to (signed-request connections only). */
+  request?: Omit<AnsweredRequest, 'agreementId' | 'status'>;
 }
+
+const EMPTY = Buffer.alloc(0);
+/** Smaller answers are read whole: for them a stream costs more than the copy it saves. */
+const STREAM_FROM_BYTES = 64 * 1024;
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('base64url');
 
 /** Agreements never change: whether one requires signed requests is remembered (bounded). */
 const MAX_REMEMBERED_AGREEMENTS = 10_000;
 
-function callerGone(ctx: Context): AbortSignal {
-  const controller = new AbortController();
-  ctx.res.once('close', () => {
-    if (!ctx.res.writableFinished) controller.abort();
+/**
+ * One call to the data plane: aborted when the total budget runs out or our caller goes away,
+ * with one timer and one controller per request (cheaper than AbortSignal.any/timeout, whose
+ * timers outlive the request).
+ */
+class Call {
+  private readonly controller = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  readonly signal = this.controller.signal;
+
+  constructor(ctx: Context) {
+    this.timer = setTimeout(
+      () => this.abort(new DOMException('the data plane did not answer in time', 'TimeoutError')),
+      DATAPLANE_TIMEOUTS.total,
+    );
+    ctx.res.once('close', () => {
+      if (!ctx.res.writableFinished) this.abort();
+    });
+  }
+
+  abort(reason?: unknown): void {
+    this.done();
+    if (!this.signal.aborted) this.controller.abort(reason);
+  }
+
+  done(): void {
+    clearTimeout(this.timer);
+  }
+}
+
+/**
+ * Passes a success answer on as it arrives, counting its bytes: more than it declared cuts it
+ * off (the application then sees a broken answer, never a longer one). The HTTP parser already
+ * stops at the declared length; the count makes the cap hold whatever the transport does.
+ */
+function counted(body: Readable, declared: number, call: Call): Readable {
+  let size = 0;
+  const out = new Transform({
+    transform(chunk: Buffer, _encoding, next) {
+      size += chunk.length;
+      if (size > declared)
+        next(upstreamUnavailable("the provider's data plane answered more than it declared", false));
+      else next(null, chunk);
+    },
   });
-  return controller.signal;
+  return pipeline(body, out, (err) => {
+    if (err) call.abort();
+    else call.done();
+  });
 }
 
 export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): Router {
@@ -100,6 +152,13 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
   const evidence = evidenceStore(db);
   const router = new Router({ prefix: GATEWAY_BASE_PATH });
   router.use(buildingErrors(logger, 'gateway'));
+  const caches = accessCachesOf(db);
+  /** The connection's route, cached (gateway/access-cache.ts) unless a fresh read is asked for. */
+  const routeOf = (alias: string, fresh = false) => {
+    if (!fresh) return caches.routes.get(alias, () => findGatewayRoute(db, alias));
+    caches.routes.delete(alias);
+    return findGatewayRoute(db, alias);
+  };
 
   const signedAgreements = new Map<string, boolean>();
   async function requiresSignedAnswers(agreementId: string | null): Promise<boolean> {
@@ -132,7 +191,9 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
         'a gateway API key is required (Authorization: Bearer <key>)',
       );
     // An unknown alias and a connection this application may not use look the same.
-    const app = await findConnectionApp(db, alias, caller.id);
+    const app = await caches.apps.get(appKey(alias, caller.id), () =>
+      findConnectionApp(db, alias, caller.id),
+    );
     if (!app) throw new GatewayError('forbidden', `this application may not use connection '${alias}'`);
     if (WRITE_METHODS.has(ctx.method) && app.access !== 'read_write')
       throw new GatewayError('forbidden', `this application may only read through connection '${alias}'`);
@@ -163,26 +224,32 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
     return { endpoint: address.endpoint.replace(/\/+$/, ''), token };
   }
 
+  /**
+   * Sends the request to the provider's data plane. A success answer of declared length is
+   * passed on as a stream (`stream: true`); everything else is read whole, up to the cap:
+   * refusals are rebuilt from their body, and a signed answer is checked over all its bytes
+   * before anything of it reaches the application.
+   */
   async function forward(
     ctx: Context,
     target: { endpoint: string; token: string },
     path: string,
     body: Buffer | undefined,
+    options: { signed: boolean; stream: boolean },
   ): Promise<Forwarded> {
     const url = `${target.endpoint}/${path}${ctx.querystring ? `?${ctx.querystring}` : ''}`;
-    // The target as it goes on the wire (undici sends the parsed URL's path and query).
-    const sent = new URL(url);
-    const bound = {
-      nonce: randomBytes(16).toString('base64url'),
-      method: ctx.method,
-      target: `${sent.pathname.slice(new URL(target.endpoint).pathname.replace(/\/+$/, '').length + 1)}${sent.search}`,
-    };
-    const controller = new AbortController();
-    const signal = AbortSignal.any([
-      controller.signal,
-      AbortSignal.timeout(DATAPLANE_TIMEOUTS.total),
-      callerGone(ctx),
-    ]);
+    let bound: Forwarded['request'];
+    if (options.signed) {
+      // The target as it goes on the wire (undici sends the parsed URL's path and query).
+      const sent = new URL(url);
+      bound = {
+        nonce: randomBytes(16).toString('base64url'),
+        method: ctx.method,
+        target: `${sent.pathname.slice(new URL(target.endpoint).pathname.replace(/\/+$/, '').length + 1)}${sent.search}`,
+      };
+    }
+    const call = new Call(ctx);
+    let streaming = false;
     try {
       const res = await request(url, {
         method: ctx.method as 'GET',
@@ -191,30 +258,42 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
           accept: 'application/json',
           'accept-encoding': 'identity',
           'x-request-id': String(ctx.state.requestId),
-          [NONCE_HEADER.toLowerCase()]: bound.nonce,
+          ...(bound ? { [NONCE_HEADER.toLowerCase()]: bound.nonce } : {}),
           ...(body ? { 'content-type': 'application/json' } : {}),
         },
         ...(body ? { body } : {}),
         dispatcher,
-        signal,
+        signal: call.signal,
       });
-      if (Number(res.headers['content-length'] ?? NaN) > MAX_ANSWER_BYTES) {
-        controller.abort();
+      const declared = res.headers['content-length'];
+      const length = typeof declared === 'string' && declared !== '' ? Number(declared) : NaN;
+      if (length > MAX_ANSWER_BYTES) {
+        call.abort();
         res.body.destroy();
         throw upstreamUnavailable("the provider's data plane answered more than 16 MiB", false);
       }
-      const bytes = await readCapped(res.body, () => controller.abort(), "the provider's data plane");
       const origin = res.headers[ERROR_ORIGIN_HEADER.toLowerCase()];
       const retryAfter = Number(res.headers['retry-after']);
       const signature = res.headers[SIGNATURE_HEADER.toLowerCase()];
-      return {
+      const answer: Omit<Forwarded, 'body'> = {
         status: res.statusCode,
-        body: bytes,
         origin: typeof origin === 'string' ? origin : null,
         retryAfterSeconds: Number.isFinite(retryAfter) ? retryAfter : undefined,
         signature: typeof signature === 'string' ? signature : undefined,
-        request: bound,
+        ...(bound ? { request: bound } : {}),
       };
+      if (
+        options.stream &&
+        res.statusCode >= 200 &&
+        res.statusCode <= 299 &&
+        Number.isSafeInteger(length) &&
+        length > STREAM_FROM_BYTES
+      ) {
+        streaming = true;
+        return { ...answer, body: EMPTY, stream: { body: counted(res.body, length, call), length } };
+      }
+      const bytes = await readCapped(res.body, () => call.abort(), "the provider's data plane");
+      return { ...answer, body: bytes };
     } catch (err) {
       if (err instanceof GatewayError) throw err;
       // undici's own cap (dispatcher maxResponseSize) may fire before ours: the same refusal.
@@ -222,6 +301,8 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
       throw upstreamUnavailable(`the provider's data plane ${describeNetworkError(err)}`, !tooLarge, {
         cause: err,
       });
+    } finally {
+      if (!streaming) call.done();
     }
   }
 
@@ -314,7 +395,7 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
         : undefined;
     const path = `buildings/${encodeURIComponent(buildingId)}/${rest}`;
 
-    let route = await findGatewayRoute(db, alias);
+    let route = await routeOf(alias);
     let target = activeAddress(route, alias);
     const signed = await requiresSignedAnswers(route!.agreementId);
     const processId = route!.transferId ?? route!.agreementId!;
@@ -338,20 +419,25 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
         throw evidenceUnavailable('request', err);
       }
     }
-    let answer = await forward(ctx, target, path, body);
+    const options = { signed, stream: !signed };
+    let answer = await forward(ctx, target, path, body, options);
     if (answer.status === 401 && ctx.method === 'GET') {
       // The connection's token may have been renewed while this request was on its way.
-      route = await findGatewayRoute(db, alias);
+      route = await routeOf(alias, true);
       const again = activeAddress(route, alias);
       if (again.token !== target.token) {
         target = again;
-        answer = await forward(ctx, target, path, body);
+        answer = await forward(ctx, target, path, body, options);
       }
     }
     if (signed) await checkSignedAnswer(ctx, answer, route!, processId);
     if (answer.status < 200 || answer.status > 299) throw passedOn(answer);
     ctx.status = answer.status;
-    if (answer.body.length > 0) {
+    if (answer.stream) {
+      ctx.body = answer.stream.body;
+      ctx.type = 'application/json';
+      ctx.length = answer.stream.length;
+    } else if (answer.body.length > 0) {
       ctx.type = 'application/json';
       ctx.body = answer.body;
     }
@@ -365,7 +451,7 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
    */
   async function checkSignedAnswer(ctx: Context, answer: Forwarded, route: GatewayRoute, processId: string) {
     if (answer.status === 401 || (answer.status === 503 && errorCodeOf(answer) === 'standby')) return;
-    const request = { ...answer.request, agreementId: route.agreementId!, status: answer.status };
+    const request = { ...answer.request!, agreementId: route.agreementId!, status: answer.status };
     let verified: { kid: string; signature: string };
     try {
       if (!runtime) throw new AnswerSignatureError('this instance cannot check signatures');

@@ -110,47 +110,75 @@ export interface Unavailable {
 
 type Obj = Record<string, unknown>;
 
-function object(v: unknown, path: string): Obj {
+/*
+ * The checks take the parent's path and the field's key apart and join them only to report a
+ * problem: building `points[12].value_type` for every field of every point would cost more than
+ * the checks themselves.
+ */
+const at = (path: string, key?: string): string => (key === undefined ? path : `${path}.${key}`);
+
+function object(v: unknown, path: string, key?: string): Obj {
   if (v === null || typeof v !== 'object' || Array.isArray(v))
-    throw new ShapeError(path, 'must be an object');
+    throw new ShapeError(at(path, key), 'must be an object');
   return v as Obj;
 }
 
-function string(v: unknown, path: string, min = 0): string {
-  if (typeof v !== 'string') throw new ShapeError(path, 'must be a string');
-  if (v.length < min) throw new ShapeError(path, `must have at least ${min} character`);
+function string(v: unknown, path: string, key?: string, min = 0): string {
+  if (typeof v !== 'string') throw new ShapeError(at(path, key), 'must be a string');
+  if (v.length < min) throw new ShapeError(at(path, key), `must have at least ${min} character`);
   return v;
 }
 
-function oneOf<T extends string>(v: unknown, path: string, values: readonly T[]): T {
+function oneOf<T extends string>(v: unknown, values: readonly T[], path: string, key?: string): T {
   if (typeof v !== 'string' || !(values as readonly string[]).includes(v))
-    throw new ShapeError(path, `must be one of ${values.join(', ')}`);
+    throw new ShapeError(at(path, key), `must be one of ${values.join(', ')}`);
   return v as T;
 }
 
-function curieOrIri(v: unknown, path: string): string {
-  const s = string(v, path, 1);
-  if (!isCurieOrIri(s)) throw new ShapeError(path, 'must be a CURIE (prefix:local) or an http(s) IRI');
+/**
+ * Strings already found valid. Classes, units and intervals repeat across the thousands of
+ * points of a building, so each distinct value is checked once (bounded: cleared when full).
+ */
+class ValidValues {
+  private readonly values = new Set<string>();
+
+  check(value: string, valid: (value: string) => boolean): boolean {
+    if (this.values.has(value)) return true;
+    if (!valid(value)) return false;
+    if (this.values.size >= 4_096) this.values.clear();
+    this.values.add(value);
+    return true;
+  }
+}
+const curiesOrIris = new ValidValues();
+const intervals = new ValidValues();
+const isInterval = (d: string) => parseDurationMs(d) !== null;
+
+function curieOrIri(v: unknown, path: string, key?: string): string {
+  const s = string(v, path, key, 1);
+  if (!curiesOrIris.check(s, isCurieOrIri))
+    throw new ShapeError(at(path, key), 'must be a CURIE (prefix:local) or an http(s) IRI');
   return s;
 }
 
-function finite(v: unknown, path: string): number {
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw new ShapeError(path, 'must be a number');
+function finite(v: unknown, path: string, key?: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new ShapeError(at(path, key), 'must be a number');
   return v;
 }
 
-function bool(v: unknown, path: string): boolean {
-  if (typeof v !== 'boolean') throw new ShapeError(path, 'must be a boolean');
+function bool(v: unknown, path: string, key?: string): boolean {
+  if (typeof v !== 'boolean') throw new ShapeError(at(path, key), 'must be a boolean');
   return v;
 }
 
-function dateTime(v: unknown, path: string): string {
-  if (typeof v !== 'string' || !isRfc3339(v)) throw new ShapeError(path, 'must be an RFC 3339 date-time');
+function dateTime(v: unknown, path: string, key?: string): string {
+  if (typeof v !== 'string' || !isRfc3339(v))
+    throw new ShapeError(at(path, key), 'must be an RFC 3339 date-time');
   return v;
 }
 
-function array(v: unknown, path: string): unknown[] {
-  if (!Array.isArray(v)) throw new ShapeError(path, 'must be an array');
+function array(v: unknown, path: string, key?: string): unknown[] {
+  if (!Array.isArray(v)) throw new ShapeError(at(path, key), 'must be an array');
   return v;
 }
 
@@ -159,17 +187,17 @@ const has = (o: Obj, key: string): boolean => o[key] !== undefined && o[key] !==
 function readConstraints(v: unknown, path: string): Constraints {
   const o = object(v, path);
   const out: Constraints = {};
-  if (has(o, 'min')) out.min = finite(o.min, `${path}.min`);
-  if (has(o, 'max')) out.max = finite(o.max, `${path}.max`);
+  if (has(o, 'min')) out.min = finite(o.min, path, 'min');
+  if (has(o, 'max')) out.max = finite(o.max, path, 'max');
   if (has(o, 'step')) {
-    out.step = finite(o.step, `${path}.step`);
-    if (out.step <= 0) throw new ShapeError(`${path}.step`, 'must be greater than 0');
+    out.step = finite(o.step, path, 'step');
+    if (out.step <= 0) throw new ShapeError(at(path, 'step'), 'must be greater than 0');
   }
   if (has(o, 'minimum_interval')) {
-    const d = string(o.minimum_interval, `${path}.minimum_interval`);
-    if (parseDurationMs(d) === null)
+    const d = string(o.minimum_interval, path, 'minimum_interval');
+    if (!intervals.check(d, isInterval))
       throw new ShapeError(
-        `${path}.minimum_interval`,
+        at(path, 'minimum_interval'),
         'must be an ISO 8601 duration with W, D, H, M, S only',
       );
     out.minimum_interval = d;
@@ -179,32 +207,32 @@ function readConstraints(v: unknown, path: string): Constraints {
 
 export function readPoint(v: unknown, path: string): Point {
   const o = object(v, path);
-  const valueType = oneOf(o.value_type, `${path}.value_type`, VALUE_TYPES);
+  const valueType = oneOf(o.value_type, VALUE_TYPES, path, 'value_type');
   const point: Point = {
-    point_id: string(o.point_id, `${path}.point_id`, 1),
-    name: string(o.name, `${path}.name`),
-    class: curieOrIri(o.class, `${path}.class`),
-    access: oneOf(o.access, `${path}.access`, ACCESS_VALUES),
+    point_id: string(o.point_id, path, 'point_id', 1),
+    name: string(o.name, path, 'name'),
+    class: curieOrIri(o.class, path, 'class'),
+    access: oneOf(o.access, ACCESS_VALUES, path, 'access'),
     value_type: valueType,
-    is_cumulative: bool(o.is_cumulative, `${path}.is_cumulative`),
+    is_cumulative: bool(o.is_cumulative, path, 'is_cumulative'),
   };
-  if (has(o, 'unit')) point.unit = curieOrIri(o.unit, `${path}.unit`);
+  if (has(o, 'unit')) point.unit = curieOrIri(o.unit, path, 'unit');
   else if (valueType === 'number' || valueType === 'integer')
-    throw new ShapeError(`${path}.unit`, 'is required for a numeric point');
-  if (has(o, 'constraints')) point.constraints = readConstraints(o.constraints, `${path}.constraints`);
+    throw new ShapeError(at(path, 'unit'), 'is required for a numeric point');
+  if (has(o, 'constraints')) point.constraints = readConstraints(o.constraints, at(path, 'constraints'));
   if (has(o, 'flow_direction'))
-    point.flow_direction = oneOf(o.flow_direction, `${path}.flow_direction`, FLOW_DIRECTIONS);
-  if (has(o, 'equipment_id')) point.equipment_id = string(o.equipment_id, `${path}.equipment_id`);
-  if (has(o, 'location_id')) point.location_id = string(o.location_id, `${path}.location_id`, 1);
+    point.flow_direction = oneOf(o.flow_direction, FLOW_DIRECTIONS, path, 'flow_direction');
+  if (has(o, 'equipment_id')) point.equipment_id = string(o.equipment_id, path, 'equipment_id');
+  if (has(o, 'location_id')) point.location_id = string(o.location_id, path, 'location_id', 1);
   if (has(o, 'metadata_modified_at'))
-    point.metadata_modified_at = dateTime(o.metadata_modified_at, `${path}.metadata_modified_at`);
+    point.metadata_modified_at = dateTime(o.metadata_modified_at, path, 'metadata_modified_at');
   return point;
 }
 
 function readQuantity(v: unknown, path: string): Quantity {
   const o = object(v, path);
-  const q: Quantity = { value: finite(o.value, `${path}.value`) };
-  if (has(o, 'unit')) q.unit = curieOrIri(o.unit, `${path}.unit`);
+  const q: Quantity = { value: finite(o.value, path, 'value') };
+  if (has(o, 'unit')) q.unit = curieOrIri(o.unit, path, 'unit');
   return q;
 }
 
@@ -218,18 +246,18 @@ const RATINGS = [
 export function readEquipment(v: unknown, path: string): Equipment {
   const o = object(v, path);
   const e: Equipment = {
-    equipment_id: string(o.equipment_id, `${path}.equipment_id`, 1),
-    class: curieOrIri(o.class, `${path}.class`),
+    equipment_id: string(o.equipment_id, path, 'equipment_id', 1),
+    class: curieOrIri(o.class, path, 'class'),
   };
-  if (has(o, 'name')) e.name = string(o.name, `${path}.name`);
+  if (has(o, 'name')) e.name = string(o.name, path, 'name');
   if (has(o, 'is_fed_by')) {
     e.is_fed_by = Array.isArray(o.is_fed_by)
-      ? o.is_fed_by.map((x, i) => string(x, `${path}.is_fed_by[${i}]`, 1))
-      : string(o.is_fed_by, `${path}.is_fed_by`, 1);
+      ? o.is_fed_by.map((x, i) => string(x, `${path}.is_fed_by[${i}]`, undefined, 1))
+      : string(o.is_fed_by, path, 'is_fed_by', 1);
   }
-  if (has(o, 'location_id')) e.location_id = string(o.location_id, `${path}.location_id`, 1);
+  if (has(o, 'location_id')) e.location_id = string(o.location_id, path, 'location_id', 1);
   if (has(o, 'capacity')) {
-    const c = object(o.capacity, `${path}.capacity`);
+    const c = object(o.capacity, path, 'capacity');
     e.capacity = {};
     for (const rating of RATINGS)
       if (has(c, rating)) e.capacity[rating] = readQuantity(c[rating], `${path}.capacity.${rating}`);
@@ -240,23 +268,23 @@ export function readEquipment(v: unknown, path: string): Equipment {
 export function readGroup(v: unknown, path: string): Group {
   const o = object(v, path);
   const g: Group = {
-    group_id: string(o.group_id, `${path}.group_id`, 1),
-    equipment_ids: array(o.equipment_ids, `${path}.equipment_ids`).map((x, i) =>
-      string(x, `${path}.equipment_ids[${i}]`, 1),
+    group_id: string(o.group_id, path, 'group_id', 1),
+    equipment_ids: array(o.equipment_ids, path, 'equipment_ids').map((x, i) =>
+      string(x, `${path}.equipment_ids[${i}]`, undefined, 1),
     ),
   };
-  if (has(o, 'name')) g.name = string(o.name, `${path}.name`);
+  if (has(o, 'name')) g.name = string(o.name, path, 'name');
   return g;
 }
 
 export function readLocation(v: unknown, path: string): Location {
   const o = object(v, path);
   const l: Location = {
-    location_id: string(o.location_id, `${path}.location_id`, 1),
-    name: string(o.name, `${path}.name`),
-    class: string(o.class, `${path}.class`, 1),
+    location_id: string(o.location_id, path, 'location_id', 1),
+    name: string(o.name, path, 'name'),
+    class: string(o.class, path, 'class', 1),
   };
-  if (has(o, 'part_of')) l.part_of = string(o.part_of, `${path}.part_of`, 1);
+  if (has(o, 'part_of')) l.part_of = string(o.part_of, path, 'part_of', 1);
   return l;
 }
 
@@ -273,6 +301,8 @@ export function fitsValueType(valueType: ValueType, value: unknown): value is Po
   }
 }
 
+const QUALITIES = ['ok', 'stale'] as const;
+
 /** A reading's own shape; whether its value fits the point's value_type is checked by the caller. */
 export function readReading(v: unknown, path: string): Reading {
   const o = object(v, path);
@@ -282,20 +312,20 @@ export function readReading(v: unknown, path: string): Reading {
     typeof value !== 'boolean' &&
     typeof value !== 'string'
   )
-    throw new ShapeError(`${path}.value`, 'must be a number, boolean or string');
+    throw new ShapeError(at(path, 'value'), 'must be a number, boolean or string');
   return {
-    point_id: string(o.point_id, `${path}.point_id`, 1),
-    timestamp: dateTime(o.timestamp, `${path}.timestamp`),
+    point_id: string(o.point_id, path, 'point_id', 1),
+    timestamp: dateTime(o.timestamp, path, 'timestamp'),
     value,
-    quality: oneOf(o.quality, `${path}.quality`, ['ok', 'stale'] as const),
+    quality: oneOf(o.quality, QUALITIES, path, 'quality'),
   };
 }
 
 export function readUnavailable(v: unknown, path: string): Unavailable {
   const o = object(v, path);
   return {
-    point_id: string(o.point_id, `${path}.point_id`, 1),
-    reason: oneOf(o.reason, `${path}.reason`, UNAVAILABLE_REASONS),
+    point_id: string(o.point_id, path, 'point_id', 1),
+    reason: oneOf(o.reason, UNAVAILABLE_REASONS, path, 'reason'),
   };
 }
 

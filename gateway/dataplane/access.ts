@@ -16,9 +16,15 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { Agent, request } from 'undici';
 import { dataplaneTokenStore, type TokenRow } from '../../db/dataplane.js';
+import {
+  accessCachesOf,
+  accessChanged,
+  dropCachedAccess,
+  notifyAccessChange,
+  type AccessChange,
+} from '../access-cache.js';
 import { MASK } from '../../domain/masking.js';
-import { toRfc3339 } from '../../domain/time.js';
-import { isRfc3339 } from '../../domain/time.js';
+import { isRfc3339, toRfc3339 } from '../../domain/time.js';
 
 export const HTTP_ENDPOINT_TYPE = 'https://w3id.org/idsa/v4.1/HTTP';
 
@@ -80,10 +86,12 @@ export async function issueTransferAccess(
   },
 ): Promise<DataAddress> {
   const token = newToken();
+  const changed = transferChange(input.transferId);
   const row = await db.transaction(async (trx) => {
     const store = dataplaneTokenStore(trx);
     await store.lockTransfer(input.transferId);
     await store.revokeTransfer(input.transferId);
+    await notifyAccessChange(trx, changed);
     return store.insert({
       id: `dpt-${randomUUID()}`,
       transfer_id: input.transferId,
@@ -96,17 +104,27 @@ export async function issueTransferAccess(
       ttl_seconds: input.ttlSeconds ?? DEFAULT_TOKEN_TTL_SECONDS,
     });
   });
+  dropCachedAccess(db, changed);
   return dataAddressOf(row, token);
 }
 
-/** Every token of the transfer stops working at once; revoking twice is harmless. */
+/**
+ * Every token of the transfer stops working at once, for the very next request in this
+ * process and, by the notice sent on commit, in every other (gateway/access-cache.ts);
+ * revoking twice is harmless.
+ */
 export async function revokeTransferAccess(db: Knex, transferId: string): Promise<void> {
+  const changed = transferChange(transferId);
   await db.transaction(async (trx) => {
     const store = dataplaneTokenStore(trx);
     await store.lockTransfer(transferId);
     await store.revokeTransfer(transferId);
+    await notifyAccessChange(trx, changed);
   });
+  dropCachedAccess(db, changed);
 }
+
+const transferChange = (transferId: string): AccessChange => ({ kind: 'transfer', id: transferId });
 
 /** The data address with its token masked, for management reads. */
 export function maskDataAddress(a: DataAddress | null): DataAddress | null {
@@ -143,11 +161,37 @@ const grantOf = (row: TokenRow): TransferGrant => ({
  */
 export async function verifyTransferToken(db: Knex, token: string): Promise<TransferGrant | undefined> {
   if (!TOKEN_PATTERN.test(token)) return undefined;
+  return (await findGrant(db, hashToken(token)))?.grant;
+}
+
+async function findGrant(
+  db: Knex,
+  tokenHash: string,
+): Promise<{ grant: TransferGrant; remainingMs: number } | undefined> {
   const store = dataplaneTokenStore(db);
-  const row = await store.findUsable(hashToken(token));
+  const row = await store.findUsable(tokenHash);
   if (!row) return undefined;
-  if (row.used_at === null) await store.markUsed(row);
-  return grantOf(row);
+  if (row.used_at === null) {
+    await store.markUsed(row);
+    // Its predecessor has just retired: no process may go on accepting it.
+    if (row.predecessor_id !== null) await accessChanged(db, transferChange(row.transfer_id));
+  }
+  return { grant: grantOf(row), remainingMs: row.remaining_ms };
+}
+
+/**
+ * verifyTransferToken for the data plane's hot path: a valid token's grant is cached (by the
+ * token's hash) for a second at most and never past the token's expiry; every revocation
+ * drops it at once (gateway/access-cache.ts).
+ */
+export async function checkTransferToken(db: Knex, token: string): Promise<TransferGrant | undefined> {
+  if (!TOKEN_PATTERN.test(token)) return undefined;
+  const hash = hashToken(token);
+  const found = await accessCachesOf(db).grants.get(hash, () => findGrant(db, hash), {
+    keep: (g) => g !== undefined,
+    lifetimeMs: (g) => g!.remainingMs,
+  });
+  return found?.grant;
 }
 
 /**
@@ -163,7 +207,8 @@ export async function renewTransferAccess(
   if (!TOKEN_PATTERN.test(token)) return undefined;
   const hash = hashToken(token);
   const fresh = newToken();
-  return db.transaction(async (trx) => {
+  let changed: string | undefined;
+  const renewed = await db.transaction(async (trx) => {
     const store = dataplaneTokenStore(trx);
     const found = await store.findByHash(hash);
     if (!found) return undefined;
@@ -173,6 +218,8 @@ export async function renewTransferAccess(
     if (!current) return undefined;
     await store.markUsed(current);
     await store.revokeUnusedSuccessors(current.id);
+    await notifyAccessChange(trx, transferChange(current.transfer_id));
+    changed = current.transfer_id;
     const row = await store.insert({
       id: `dpt-${randomUUID()}`,
       transfer_id: current.transfer_id,
@@ -186,6 +233,8 @@ export async function renewTransferAccess(
     });
     return { grant: grantOf(row), address: dataAddressOf(row, fresh) };
   });
+  if (changed) dropCachedAccess(db, transferChange(changed));
+  return renewed;
 }
 
 /** A renewal that did not succeed; `retryable` is false when the provider refused the token. */

@@ -77,6 +77,11 @@ function holdsNow(c: OdrlConstraint, now: number): boolean {
   }
 }
 
+function dependsOnTime(agreement: Record<string, unknown>): boolean {
+  const rules = [...asArray(agreement.permission), ...asArray(agreement.prohibition)] as OdrlRule[];
+  return rules.some((r) => constraintsOf(r).some((c) => term(c.leftOperand) === 'dateTime'));
+}
+
 function signedRequestsRequired(rules: OdrlRule[]): boolean {
   return rules.some((r) =>
     constraintsOf(r).some((c) => {
@@ -127,6 +132,19 @@ interface CoverageRow {
 const stringList = (v: unknown): string[] | undefined =>
   Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : undefined;
 
+/** Why an agreement gives no access (any more). */
+export interface CoverageRefusal {
+  refused: 'unknown' | 'ended' | 'no_product';
+}
+
+/** What an active agreement covers apart from its time-dependent actions (cacheable). */
+export interface CoverageFacts extends Omit<Coverage, 'read' | 'write' | 'signedRequests'> {
+  /** The contract policy: the actions are judged from it at each request (dateTime constraints). */
+  policy: Record<string, unknown>;
+  /** The actions, when no constraint of the policy depends on the time (then judged once). */
+  timeless?: Pick<Coverage, 'read' | 'write' | 'signedRequests'>;
+}
+
 /**
  * The coverage of an active provider agreement, or a reason why there is none. One query:
  * agreement, its product (the dataset id names the product, or an offer of it) and the source.
@@ -135,7 +153,24 @@ export async function loadCoverage(
   db: Knex,
   agreementId: string,
   now = Date.now(),
-): Promise<Coverage | { refused: 'unknown' | 'ended' | 'no_product' }> {
+): Promise<Coverage | CoverageRefusal> {
+  return coverageAt(await loadCoverageFacts(db, agreementId), now);
+}
+
+/** The coverage at an instant: the facts with the actions the policy permits then. */
+export function coverageAt(
+  facts: CoverageFacts | CoverageRefusal,
+  now = Date.now(),
+): Coverage | CoverageRefusal {
+  if ('refused' in facts) return facts;
+  return { ...facts, ...(facts.timeless ?? agreementActions(facts.policy, now)) };
+}
+
+/** Everything of the coverage that does not depend on the time of the request. */
+export async function loadCoverageFacts(
+  db: Knex,
+  agreementId: string,
+): Promise<CoverageFacts | CoverageRefusal> {
   const row = await db('agreements as a')
     .leftJoin('offers as o', 'o.id', 'a.dataset_id')
     .leftJoin('products as p', (j) => {
@@ -168,36 +203,42 @@ export async function loadCoverage(
   let points: Set<string> | null = row.product_points ? new Set(row.product_points) : null;
   if (narrowedPoints) points = new Set(narrowedPoints.filter((p) => points === null || points.has(p)));
 
-  const actions = agreementActions(row.agreement, now);
+  // The bindings are built once per building: the hot path asks for them on every request.
+  const bindings = new Map<string, BuildingBinding | undefined>();
+  const bindingOf = (objectId: string): BuildingBinding | undefined => {
+    if (row.source_backend && row.source_links) {
+      const source = {
+        protocol: row.source_protocol ?? 'platform',
+        backend: row.source_backend,
+        links: row.source_links,
+      };
+      return {
+        binding: row.source_backend,
+        link: row.source_links[objectId] ?? defaultLink(objectId),
+        allowedPaths: effectiveAllowedPaths(source),
+      };
+    }
+    // An older product with its own binding: the object id is the backend's id.
+    if (row.product_backend) {
+      return {
+        binding: row.product_backend,
+        link: defaultLink(objectId),
+        allowedPaths: row.product_backend.allowed_paths ?? [],
+      };
+    }
+    return undefined;
+  };
   return {
     agreementId: row.id,
     consumerDid: row.consumer_did,
     productId: row.product_id,
     objects: new Set(objects),
     points,
-    ...actions,
+    policy: row.agreement,
+    ...(dependsOnTime(row.agreement) ? {} : { timeless: agreementActions(row.agreement) }),
     bindingFor(objectId: string): BuildingBinding | undefined {
-      if (row.source_backend && row.source_links) {
-        const source = {
-          protocol: row.source_protocol ?? 'platform',
-          backend: row.source_backend,
-          links: row.source_links,
-        };
-        return {
-          binding: row.source_backend,
-          link: row.source_links[objectId] ?? defaultLink(objectId),
-          allowedPaths: effectiveAllowedPaths(source),
-        };
-      }
-      // An older product with its own binding: the object id is the backend's id.
-      if (row.product_backend) {
-        return {
-          binding: row.product_backend,
-          link: defaultLink(objectId),
-          allowedPaths: row.product_backend.allowed_paths ?? [],
-        };
-      }
-      return undefined;
+      if (!bindings.has(objectId)) bindings.set(objectId, bindingOf(objectId));
+      return bindings.get(objectId);
     },
   };
 }

@@ -1,8 +1,9 @@
 /**
- * One dedicated PostgreSQL connection that LISTENs for the data plane's notices (a changed
- * request-log setting, a released lease). A pooled connection cannot listen: it goes back to
- * the pool between queries. The connection is re-established with a capped back-off when it
- * drops; notices sent meanwhile are lost, so `onConnected` runs after every (re)connect and
+ * One dedicated PostgreSQL connection that LISTENs for the data plane's and the gateway's
+ * notices (a changed request-log setting, a released lease, access taken away). A pooled
+ * connection cannot listen: it goes back to the pool between queries. The connection is
+ * re-established with a capped back-off when it drops; notices sent meanwhile are lost, so
+ * `onDisconnected` runs when it drops (or stops) and `onConnected` after every (re)connect, and
  * the owners read their state again there.
  */
 import pg from 'pg';
@@ -12,6 +13,8 @@ export interface NotificationHandlers {
   onNotification(channel: string, payload: string | undefined): void;
   /** After the first connect and after every reconnect: read what may have been missed. */
   onConnected(): void;
+  /** The connection is gone (dropped or stopped): notices are lost until onConnected. */
+  onDisconnected?(): void;
 }
 
 const RETRY_MIN_MS = 500;
@@ -58,6 +61,7 @@ export class PgListener {
     clearTimeout(this.retryTimer);
     const client = this.client;
     this.client = undefined;
+    if (this.isConnected) this.handlers.onDisconnected?.();
     this.isConnected = false;
     await client?.end().catch(() => undefined);
   }
@@ -91,6 +95,7 @@ export class PgListener {
     if (client !== this.client || this.stopped) return;
     this.client = undefined;
     this.isConnected = false;
+    this.handlers.onDisconnected?.();
     this.logger.warn({ err }, 'data plane notices: the listening connection dropped; reconnecting');
     void client.end().catch(() => undefined);
     this.scheduleReconnect();

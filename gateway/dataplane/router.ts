@@ -28,8 +28,15 @@ import { GatewayError, buildingErrors, renderBuildingError, upstreamUnavailable 
 import { NONCE_HEADER, SIGNATURE_HEADER } from '../signatures.js';
 import { requestLogging } from './request-log.js';
 import type { DataPlaneRuntime } from './runtime.js';
-import { renewTransferAccess, verifyTransferToken, type TransferGrant } from './access.js';
-import { isKnownObject, loadCoverage, type BuildingBinding, type Coverage } from './coverage.js';
+import { checkTransferToken, renewTransferAccess, type TransferGrant } from './access.js';
+import {
+  coverageAt,
+  isKnownObject,
+  loadCoverageFacts,
+  type BuildingBinding,
+  type Coverage,
+} from './coverage.js';
+import { accessCachesOf } from '../access-cache.js';
 import {
   backendIncludes,
   parsePointsQuery,
@@ -140,6 +147,7 @@ function checked<T>(read: () => T): T {
 export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime): Router {
   const { db, logger } = services;
   const evidence = evidenceStore(db);
+  const caches = accessCachesOf(db);
   const router = new Router({ prefix: DATAPLANE_BASE_PATH });
   // Outermost first: the log sees the final answer, the signature covers the rendered error too.
   router.use(
@@ -238,12 +246,15 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
       ctx.set('WWW-Authenticate', 'Bearer');
       throw tokenRequired();
     }
-    const grant = await verifyTransferToken(db, token);
+    // Both cached for a second at most; revocations drop them at once (gateway/access-cache.ts).
+    const grant = await checkTransferToken(db, token);
     if (!grant) {
       ctx.set('WWW-Authenticate', 'Bearer error="invalid_token"');
       throw tokenInvalid();
     }
-    const coverage = await loadCoverage(db, grant.agreementId);
+    const coverage = coverageAt(
+      await caches.coverage.get(grant.agreementId, () => loadCoverageFacts(db, grant.agreementId)),
+    );
     if ('refused' in coverage) {
       // The agreement's policy is not read any more: sign the refusal in case it asked for that.
       stateOf(ctx).signing = {
@@ -375,13 +386,13 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
         ...(answer.equipment ? { equipment: answer.equipment } : {}),
         ...(answer.locations ? { locations: answer.locations } : {}),
       });
-      ctx.body = {
+      jsonBody(ctx, {
         platform_version: answer.platform_version,
         building_id: buildingId,
         generated_at: answer.generated_at,
         points: selected,
         ...coveredIncludes(answer, q.include, coverage.points ? covered : null),
-      };
+      });
     },
   );
 
@@ -528,6 +539,15 @@ function safeDecode(segment: string): string {
   } catch {
     return segment;
   }
+}
+
+/**
+ * A large answer's body as bytes at once: the parsed backend answer it was built from (several
+ * MB of objects for a big building) is garbage from here on rather than until Koa writes it.
+ */
+function jsonBody(ctx: Context, body: unknown): void {
+  ctx.type = 'application/json';
+  ctx.body = Buffer.from(JSON.stringify(body));
 }
 
 /** The answer's body as the bytes that will be sent (what the signature covers). */

@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { Knex } from 'knex';
 import type { DidResolver } from '../../auth/did-web-resolver.js';
 import { LEASE_CHANNEL, REQUEST_LOG_CHANNEL, type RequestLogSetting } from '../../db/dataplane.js';
+import { ACCESS_CHANNEL, accessCachesOf, readAccessNotice } from '../access-cache.js';
 import type { SignAnswer } from '../signatures.js';
 import { DataPlaneLease } from './lease.js';
 import { PgListener } from './notifications.js';
@@ -36,17 +37,24 @@ export async function startDataPlaneRuntime(options: {
   const lease = new DataPlaneLease(db, options.leaseTtlMs, logger);
   // The watcher's poll also checks the listening connection; the listener tells it of changes.
   const requestLog = new RequestLogWatcher(db, logger, { checkAlive: () => listener.checkAlive() });
+  // The gateway's and data plane's access caches hold only while notices of changes arrive.
+  const caches = accessCachesOf(db);
   const listener = new PgListener(
     options.databaseUrl,
-    [REQUEST_LOG_CHANNEL, LEASE_CHANNEL],
+    [REQUEST_LOG_CHANNEL, LEASE_CHANNEL, ACCESS_CHANNEL],
     {
-      onNotification(channel) {
-        if (channel === REQUEST_LOG_CHANNEL) void requestLog.refresh();
+      onNotification(channel, payload) {
+        if (channel === ACCESS_CHANNEL) caches.drop(readAccessNotice(payload));
+        else if (channel === REQUEST_LOG_CHANNEL) void requestLog.refresh();
         else if (channel === LEASE_CHANNEL) lease.released();
       },
       onConnected() {
+        caches.listeningStarted();
         void requestLog.refresh();
         lease.released();
+      },
+      onDisconnected() {
+        caches.listeningStopped();
       },
     },
     logger,

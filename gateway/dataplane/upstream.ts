@@ -5,6 +5,7 @@
  * reading). Headers are built from scratch, so nothing of the client's request (its
  * Authorization, hop-by-hop headers, cookies) ever reaches the backend.
  */
+import type { Readable } from 'node:stream';
 import { Agent, request, errors as undiciErrors } from 'undici';
 import { pathAllowed } from '../../domain/path-patterns.js';
 import { joinUrl } from './backend-client.js';
@@ -55,23 +56,28 @@ function authHeader(target: BuildingBinding): Record<string, string> {
   return name && value ? { [name.toLowerCase()]: value } : {};
 }
 
-/** Reads a body up to the cap; crossing it aborts the call. */
-export async function readCapped(
-  body: AsyncIterable<Buffer>,
-  abort: () => void,
-  what: string,
-): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.length;
-    if (size > MAX_ANSWER_BYTES) {
-      abort();
-      throw upstreamUnavailable(`${what} answered more than 16 MiB`, false);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
+/**
+ * Reads a body up to the cap; crossing it aborts the call. Events rather than async iteration
+ * (one promise per answer, not per chunk), and a body of one chunk is not copied.
+ */
+export function readCapped(body: Readable, abort: () => void, what: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    body.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_ANSWER_BYTES) {
+        chunks.length = 0;
+        abort();
+        body.destroy();
+        reject(upstreamUnavailable(`${what} answered more than 16 MiB`, false));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    body.once('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
+    body.once('error', reject);
+  });
 }
 
 export function describeNetworkError(err: unknown): string {
@@ -104,9 +110,20 @@ export async function callBackend(input: {
   checkBindingAllows(target, input.method, input.path);
   const qs = input.query?.toString();
   const url = joinUrl(target.binding.base_url, input.path) + (qs ? `?${qs}` : '');
+  // One controller and one timer per call (AbortSignal.any/timeout cost more, and their timers
+  // outlive the call).
   const controller = new AbortController();
-  const timeout = AbortSignal.timeout(BACKEND_TIMEOUTS.total);
-  const signal = AbortSignal.any([controller.signal, timeout, ...(input.signal ? [input.signal] : [])]);
+  const abort = (reason?: unknown) => {
+    if (!controller.signal.aborted) controller.abort(reason);
+  };
+  const timer = setTimeout(
+    () => abort(new DOMException("the holder's backend did not answer in time", 'TimeoutError')),
+    BACKEND_TIMEOUTS.total,
+  );
+  const callerGone = () => abort(input.signal?.reason);
+  if (input.signal?.aborted) callerGone();
+  input.signal?.addEventListener('abort', callerGone, { once: true });
+  const signal = controller.signal;
   try {
     const res = await request(url, {
       method: input.method.toUpperCase() as 'GET',
@@ -142,6 +159,9 @@ export async function callBackend(input: {
     if (input.signal?.aborted) throw err; // our caller is gone; nobody reads the answer
     const size = err instanceof undiciErrors.ResponseExceededMaxSizeError;
     throw upstreamUnavailable(`the holder's backend ${describeNetworkError(err)}`, !size, { cause: err });
+  } finally {
+    clearTimeout(timer);
+    input.signal?.removeEventListener('abort', callerGone);
   }
 }
 

@@ -267,6 +267,54 @@ describe('consumer gateway', function () {
     });
   });
 
+  describe('access taken away on the very next request, although the checks are cached', () => {
+    // Each step reads first, so that the key, the app's access and the route are in the
+    // gateway's caches (gateway/access-cache.ts) when the change comes.
+    const read = (app: { gw: Client }) =>
+      app.gw.get(`/campus/v1/buildings/${SODA}/points?point_ids=${POINTS.energy}`);
+    const write = (app: { gw: Client }) =>
+      app.gw.post(`/campus/v1/buildings/${SODA}/setpoints`, {
+        setpoints: [{ point_id: POINTS.occupancy, value: 2 }],
+      });
+
+    it('an app downgraded to read-only may not write; a removed app may not read', async () => {
+      const app = await gatewayKey('short-lived optimiser');
+      await allow('campus', app, 'read_write');
+      expect((await read(app)).status).to.equal(200);
+      expect((await write(app)).status).to.equal(200);
+
+      await allow('campus', app, 'read');
+      expectGatewayError(await write(app), 403, 'forbidden', {
+        origin: 'gateway',
+        buildingId: SODA,
+        retryable: false,
+        message: /may only read through connection 'campus'/,
+      });
+      expect((await read(app)).status).to.equal(200);
+
+      const removed = await consumer.api.delete(`/api/v1/connections/campus/apps/${app.id}`);
+      expect(removed.status, JSON.stringify(removed.body)).to.equal(200);
+      expectGatewayError(await read(app), 403, 'forbidden', {
+        origin: 'gateway',
+        buildingId: SODA,
+        message: /may not use connection 'campus'/,
+      });
+    });
+
+    it('a revoked key is unauthenticated', async () => {
+      const app = await gatewayKey('revoked soon');
+      await allow('campus', app, 'read');
+      expect((await read(app)).status).to.equal(200);
+      const revoked = await consumer.api.delete(`/api/v1/api-keys/${app.id}`);
+      expect(revoked.status, JSON.stringify(revoked.body)).to.equal(200);
+      expectGatewayError(await read(app), 401, 'unauthenticated', {
+        origin: 'gateway',
+        buildingId: SODA,
+        retryable: false,
+      });
+    });
+  });
+
   describe('connections that are not active', () => {
     it('a suspended transfer: upstream_unavailable, retryable; resumed, it works again', async () => {
       const connection = (await consumer.api.get('/api/v1/connections/campus')).body;

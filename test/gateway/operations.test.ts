@@ -60,6 +60,7 @@ describe('data plane operations: request log, signed answers, standby', function
   let provider: Participant;
   let consumer: Participant;
   let app: Client;
+  let appKey: string;
   let signedAgreement: string;
   let child: ChildConnector | undefined;
   let restarted: TestConnector | undefined;
@@ -126,7 +127,8 @@ describe('data plane operations: request log, signed answers, standby', function
 
     const key = await consumer.api.post('/api/v1/api-keys', { name: 'ops app', scope: 'gateway' });
     expect(key.status).to.equal(201);
-    app = client(`${consumer.connector.url}/gateway`, key.body.key);
+    appKey = key.body.key;
+    app = client(`${consumer.connector.url}/gateway`, appKey);
     for (const alias of ['plain', 'signed']) {
       const res = await consumer.api.put(`/api/v1/connections/${alias}/apps/${key.body.id}`, {
         access: 'read',
@@ -498,6 +500,50 @@ describe('data plane operations: request log, signed answers, standby', function
         });
       });
     }
+
+    /** A valid JSON answer of `size` bytes (a points envelope padded with one long name). */
+    function jsonOfSize(size: number): Buffer {
+      const head = '{"platform_version":"1.0","building_id":"x","points":[],"padding":"';
+      const tail = '"}';
+      return Buffer.from(head + 'p'.repeat(size - head.length - tail.length) + tail);
+    }
+
+    it('passes a large answer on as it arrives, byte for byte, with its length', async () => {
+      const body = jsonOfSize(3 * MiB);
+      door.fake = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.length) });
+        // In pieces, so that the gateway is forwarding while the data plane is still sending.
+        for (let at = 0; at < body.length; at += 256 * 1024) res.write(body.subarray(at, at + 256 * 1024));
+        res.end();
+      };
+      const res = await fetch(`${consumer.connector.url}/gateway/plain/v1/buildings/${SODA}/points`, {
+        headers: { authorization: `Bearer ${appKey}` },
+      });
+      expect(res.status).to.equal(200);
+      expect(res.headers.get('content-length')).to.equal(String(body.length));
+      expect(res.headers.get('content-type')).to.match(/^application\/json/);
+      expect(Buffer.from(await res.arrayBuffer()).equals(body)).to.equal(true);
+    });
+
+    it('cuts a streamed answer off when the data plane stops short of its declared length', async () => {
+      const body = jsonOfSize(2 * MiB);
+      door.fake = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.length) });
+        res.write(body.subarray(0, MiB), () => res.destroy());
+      };
+      const res = await fetch(`${consumer.connector.url}/gateway/plain/v1/buildings/${SODA}/points`, {
+        headers: { authorization: `Bearer ${appKey}` },
+      });
+      // The status went out before the answer broke: the application sees a broken body, never a short one.
+      expect(res.status).to.equal(200);
+      let failed: unknown;
+      try {
+        await res.arrayBuffer();
+      } catch (err) {
+        failed = err;
+      }
+      expect(failed, 'the body must not end as if complete').to.be.instanceOf(Error);
+    });
 
     it('still serves once the peer behaves again', async () => {
       expect((await read('plain', 'ok')).res.status).to.equal(200);
