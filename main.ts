@@ -198,6 +198,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
         ...(config.transferTokenTtlMs
           ? { transferTokenTtlSeconds: Math.round(config.transferTokenTtlMs / 1000) }
           : {}),
+        allowLoopbackPeers: config.identity.didWebAllowHttp,
         authorize: async (m) => ({
           authorization: `Bearer ${await identity.issueToken(m.counterparty_did)}`,
         }),

@@ -38,6 +38,8 @@ export interface TransferActivityDeps {
   db: Db;
   /** Lifetime of the pull tokens we issue (TRANSFER_TOKEN_TTL); the data plane's default otherwise. */
   tokenTtlSeconds?: number;
+  /** DID_WEB_ALLOW_HTTP: a provider's refresh endpoint may be on loopback (connectors side by side). */
+  allowLoopbackPeers?: boolean;
 }
 
 type OutboundMessage = Omit<NewOutboxMessage, 'evidence_id'> & { evidence_id: string };
@@ -154,7 +156,7 @@ export function createTransferActivities(deps: TransferActivityDeps) {
     /** Consumer: renews the token of our data address at the provider; a refused token is final. */
     async renewDataAddress(address: DataAddress): Promise<DataAddress> {
       try {
-        return await refreshTransferToken(address);
+        return await refreshTransferToken(address, { allowLoopback: deps.allowLoopbackPeers ?? false });
       } catch (err) {
         if (err instanceof TokenRefreshError && !err.retryable)
           throw ApplicationFailure.nonRetryable(err.message, RENEWAL_REFUSED);

@@ -95,6 +95,9 @@ LOOPBACK.addAddress('::1', 'ipv6');
 
 const familyOf = (address: string): 'ipv4' | 'ipv6' => (net.isIPv6(address) ? 'ipv6' : 'ipv4');
 
+/** Whether an IP address is loopback, private, link-local, shared, multicast or otherwise not public. */
+export const isNonPublicAddress = (address: string): boolean => NON_PUBLIC.check(address, familyOf(address));
+
 /**
  * A `lookup` for the socket: resolves as usual, then refuses addresses the host must not have.
  * Checking here, where the socket connects, is what defeats DNS rebinding.

@@ -13,11 +13,12 @@
  * checked against the provider's DID document (gateway/signatures.ts) and the answer is
  * recorded before the application sees it.
  */
+import { peerAddressProblem, peerDispatcher } from '../auth/peer-addresses.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { Transform, pipeline, type Readable } from 'node:stream';
 import Router from '@koa/router';
 import type { Context, Next } from 'koa';
-import { Agent, request, errors as undiciErrors } from 'undici';
+import { request, errors as undiciErrors } from 'undici';
 import type { Services } from '../api/services.js';
 import { authenticate, type Caller } from '../api/middleware/authenticate.js';
 import { jsonBodies } from '../api/middleware/json-body.js';
@@ -54,7 +55,7 @@ export const GATEWAY_BASE_PATH = '/gateway';
 /** Outermost budget: longer than the data plane's own (which is longer than the backend's). */
 export const DATAPLANE_TIMEOUTS = { connect: 3_000, headers: 20_000, total: 25_000 };
 
-const dispatcher = new Agent({
+const dispatcherOptions = {
   connect: { timeout: DATAPLANE_TIMEOUTS.connect },
   headersTimeout: DATAPLANE_TIMEOUTS.headers,
   bodyTimeout: DATAPLANE_TIMEOUTS.total,
@@ -62,7 +63,13 @@ const dispatcher = new Agent({
   pipelining: 1,
   keepAliveTimeout: 4_000,
   maxResponseSize: MAX_ANSWER_BYTES,
-});
+};
+// The data plane's endpoint comes from the provider: never into our own network
+// (auth/peer-addresses.ts); loopback only with DID_WEB_ALLOW_HTTP.
+const dispatchers = {
+  publicOnly: peerDispatcher(false, dispatcherOptions),
+  loopbackAllowed: peerDispatcher(true, dispatcherOptions),
+};
 
 /** The read routes of the platform protocol; anything else read is an unknown route. */
 const READ_ROUTES = new Set(['points', 'points/values']);
@@ -152,6 +159,8 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
   const evidence = evidenceStore(db);
   const router = new Router({ prefix: GATEWAY_BASE_PATH });
   router.use(buildingErrors(logger, 'gateway'));
+  const allowLoopback = services.connector.allowLoopbackPeers ?? false;
+  const dispatcher = allowLoopback ? dispatchers.loopbackAllowed : dispatchers.publicOnly;
   const caches = accessCachesOf(db);
   /** The connection's route, cached (gateway/access-cache.ts) unless a fresh read is asked for. */
   const routeOf = (alias: string, fresh = false) => {
@@ -237,6 +246,9 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
     body: Buffer | undefined,
     options: { signed: boolean; stream: boolean },
   ): Promise<Forwarded> {
+    const problem = peerAddressProblem(target.endpoint, allowLoopback);
+    if (problem)
+      throw upstreamUnavailable(`the provider's data plane address cannot be used: ${problem}`, false);
     const url = `${target.endpoint}/${path}${ctx.querystring ? `?${ctx.querystring}` : ''}`;
     let bound: Forwarded['request'];
     if (options.signed) {

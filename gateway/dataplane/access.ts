@@ -12,9 +12,10 @@
  *   token that was never used. A renewal answer lost on the way therefore never breaks a
  *   transfer (the retire-on-acknowledgement rule of Tractus-X, research/gateway.md §6.2).
  */
+import { peerAddressProblem, peerDispatcher } from '../../auth/peer-addresses.js';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { Agent, request } from 'undici';
+import { request } from 'undici';
 import { dataplaneTokenStore, type TokenRow } from '../../db/dataplane.js';
 import {
   accessCachesOf,
@@ -251,11 +252,16 @@ export class TokenRefreshError extends Error {
 
 const REFRESH_TIMEOUTS = { connect: 3_000, headers: 5_000, total: 10_000 };
 const MAX_REFRESH_ANSWER = 64 * 1024;
-const refreshDispatcher = new Agent({
+const refreshOptions = {
   connect: { timeout: REFRESH_TIMEOUTS.connect },
   headersTimeout: REFRESH_TIMEOUTS.headers,
   bodyTimeout: REFRESH_TIMEOUTS.total,
-});
+};
+// The refresh endpoint comes from the provider: never into our own network (auth/peer-addresses.ts).
+const refreshDispatchers = {
+  publicOnly: peerDispatcher(false, refreshOptions),
+  loopbackAllowed: peerDispatcher(true, refreshOptions),
+};
 
 /** Whether a value has the DataAddress shape with a bearer token, expiry and refresh endpoint. */
 export function isPullDataAddress(value: unknown): value is DataAddress {
@@ -284,12 +290,14 @@ export function isPullDataAddress(value: unknown): value is DataAddress {
  */
 export async function refreshTransferToken(
   dataAddress: DataAddress,
-  opts: { signal?: AbortSignal } = {},
+  opts: { signal?: AbortSignal; allowLoopback?: boolean } = {},
 ): Promise<DataAddress> {
   const url = endpointProperty(dataAddress, 'refreshEndpoint');
   const token = endpointProperty(dataAddress, 'authorization');
   if (!url || !token)
     throw new TokenRefreshError('the data address has no refresh endpoint or token', null, false);
+  const problem = peerAddressProblem(url, opts.allowLoopback ?? false);
+  if (problem) throw new TokenRefreshError(`the refresh endpoint cannot be called: ${problem}`, null, false);
   const timeout = AbortSignal.timeout(REFRESH_TIMEOUTS.total);
   let status: number | null = null;
   let text: string;
@@ -297,7 +305,7 @@ export async function refreshTransferToken(
     const res = await request(url, {
       method: 'POST',
       headers: { authorization: `Bearer ${token}`, accept: 'application/json' },
-      dispatcher: refreshDispatcher,
+      dispatcher: opts.allowLoopback ? refreshDispatchers.loopbackAllowed : refreshDispatchers.publicOnly,
       signal: opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout,
     });
     status = res.statusCode;
