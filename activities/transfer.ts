@@ -4,7 +4,7 @@
  * connection a consumer transfer serves, and the end of an agreement.
  */
 import { createHash } from 'node:crypto';
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Db } from '../db/knex.js';
 import {
   agreementEnds,
@@ -24,8 +24,12 @@ import {
   revokeTransferAccess,
   type DataAddress,
 } from '../gateway/dataplane/access.js';
-import { AGREEMENT_ENDED, RENEWAL_REFUSED } from '../workflows/transfer-messages.js';
-import { withTokenDigest } from '../domain/transfer.js';
+import {
+  AGREEMENT_ENDED,
+  RENEWAL_REFUSED,
+  connectionSupersededSignal,
+} from '../workflows/transfer-messages.js';
+import { isTransferEnded, withTokenDigest } from '../domain/transfer.js';
 
 /** How evidence names a pull token: its SHA-256, as the data plane stores it. */
 export const tokenDigest = (token: string) => `sha256:${hashToken(token)}`;
@@ -114,12 +118,21 @@ export function createTransferActivities(deps: TransferActivityDeps) {
 
     /** Points the transfer's connection at it: from now on the gateway uses this transfer. */
     async attachConnection(snapshot: TransferSnapshot): Promise<void> {
-      await connectionStore(db).attachTransfer({
-        alias: snapshot.connection_alias!,
+      const alias = snapshot.connection_alias!;
+      const { previousTransferId } = await connectionStore(db).attachTransfer({
+        alias,
         agreementId: snapshot.agreement_id,
         transferId: snapshot.id,
         providerDid: snapshot.counterparty_did,
       });
+      // The transfer the connection served until now would run (and renew its token) for nobody:
+      // it ends, and tells its provider. A retried activity signals again; an ended one ignores it.
+      const previous = previousTransferId ? await transferStore(db).get(previousTransferId) : undefined;
+      if (previous && !isTransferEnded(previous.state)) {
+        await Context.current()
+          .client.workflow.getHandle(previous.workflow_id)
+          .signal(connectionSupersededSignal, { alias, by: snapshot.id });
+      }
     },
 
     /**

@@ -189,9 +189,14 @@ export function connectionStore(db: Db) {
       agreementId: string;
       transferId: string;
       providerDid: string;
-    }): Promise<void> {
-      await changingConnection(db, c.alias, (trx) =>
-        trx('connections')
+    }): Promise<{ previousTransferId: string | null }> {
+      return changingConnection(db, c.alias, async (trx) => {
+        const rows: Array<{ transfer_id: string | null }> = await trx('connections')
+          .where({ alias: c.alias })
+          .forUpdate()
+          .select('transfer_id');
+        const before = rows[0];
+        await trx('connections')
           .insert({
             alias: c.alias,
             agreement_id: c.agreementId,
@@ -204,8 +209,10 @@ export function connectionStore(db: Db) {
             transfer_id: c.transferId,
             provider_did: c.providerDid,
             updated_at: trx.fn.now(),
-          }),
-      );
+          });
+        const previous = before?.transfer_id ?? null;
+        return { previousTransferId: previous === c.transferId ? null : previous };
+      });
     },
     /**
      * The state or data address of the connection's transfer was recorded (the transfers read

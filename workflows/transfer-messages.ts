@@ -93,6 +93,14 @@ export const transferDecisionUpdate = defineUpdate<TransferAck, [TransferDecisio
 /** Answers once the transfer's read model exists (the API starts a consumer transfer with it). */
 export const transferStartedUpdate = defineUpdate<TransferAck>('transferStarted');
 export const agreementEndedSignal = defineSignal<[AgreementEnded]>('agreementEnded');
+
+/** A newer transfer took this transfer's connection over: this one ends (consumer side). */
+export interface ConnectionSuperseded {
+  alias: string;
+  /** The transfer that serves the connection now. */
+  by: string;
+}
+export const connectionSupersededSignal = defineSignal<[ConnectionSuperseded]>('connectionSuperseded');
 export const transferAckQuery = defineQuery<TransferAck>('transferAck');
 
 export interface AgreementTerminationInput {

@@ -50,6 +50,7 @@ import {
   ILLEGAL_TRANSFER_TRANSITION,
   RENEWAL_REFUSED,
   agreementEndedSignal,
+  connectionSupersededSignal,
   endAgreementUpdate,
   transferAckQuery,
   transferDecisionUpdate,
@@ -57,6 +58,7 @@ import {
   transferStartedUpdate,
   type AgreementEndAck,
   type AgreementEnded,
+  type ConnectionSuperseded,
   type AgreementTerminationInput,
   type EndAgreement,
   type InboundTransferMessage,
@@ -431,6 +433,16 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
       },
     },
   );
+
+  setHandler(connectionSupersededSignal, async (c: ConnectionSuperseded) => {
+    // As an operator's terminate would: tell the provider, revoke nothing of ours (consumer).
+    if (actionTarget(state, 'terminate', role) === null) return;
+    state = 'TERMINATED';
+    error = `connection '${c.alias}' is served by transfer ${c.by} now`;
+    outgoing.push({ type: 'TransferTerminationMessage', code: 'superseded', reason: [error] });
+    await stopFlow('TERMINATED');
+    await record(note(error));
+  });
 
   setHandler(agreementEndedSignal, async (e: AgreementEnded) => {
     if (isTransferEnded(state)) return;

@@ -212,14 +212,38 @@ describe('connections (consumer side)', function () {
     expectError(await consumer.api.delete('/api/v1/connections/soda-live'), 404, 'not_found');
   });
 
-  it('moves a connection to the newest negotiation that names it', async () => {
+  it('moves a connection to the newest negotiation that names it; the transfer it served ends on both sides', async () => {
     const first = await negotiate('renamed');
-    await waitConnection('renamed', (c) => c.transfer_state === 'STARTED');
+    const old = await waitConnection('renamed', (c) => c.transfer_state === 'STARTED');
     const second = await negotiate('renamed');
     const named = await waitConnection('renamed', (c) => c.negotiation_id === second.body.id);
     expect(named.negotiation_id).not.to.equal(first.body.id);
     const done = await waitFor(consumer.api, second.body.id, (n) => n.state === 'FINALIZED');
     const moved = await waitConnection('renamed', (c) => c.agreement_id === done.agreement_id);
     expect(moved.transfer_state).to.be.oneOf(['REQUESTED', 'STARTED']);
+    expect(moved.transfer_id).not.to.equal(old.transfer_id);
+    // The old transfer would otherwise run, and renew its token, for nobody.
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const ours = await consumer.api.get(
+        `/api/v1/transfers/${encodeURIComponent(old.transfer_id as string)}`,
+      );
+      const list = await provider.api.get('/api/v1/transfers?role=provider&state=TERMINATED');
+      const theirs = list.body.items.find(
+        (t: { consumer_pid: string }) => t.consumer_pid === old.transfer_id,
+      );
+      if (ours.body.state === 'TERMINATED' && theirs) {
+        expect(ours.body.error).to.equal(
+          `connection 'renamed' is served by transfer ${moved.transfer_id as string} now`,
+        );
+        expect(theirs.error).to.include('superseded');
+        break;
+      }
+      if (Date.now() > deadline)
+        throw new Error(
+          `the old transfer did not end: ${JSON.stringify(ours.body)} / ${JSON.stringify(theirs)}`,
+        );
+      await new Promise((r) => setTimeout(r, 25));
+    }
   });
 });
