@@ -3,7 +3,7 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import { request, type Dispatcher } from 'undici';
 import type { Db } from '../db/knex.js';
 import { outboxStore, type NewOutboxMessage } from '../db/outbox.js';
-import { isRetryableStatus, retryDelayMs, type DeliveryRetry } from '../domain/outbox.js';
+import { describeAnswer, isRetryableStatus, retryDelayMs, type DeliveryRetry } from '../domain/outbox.js';
 
 export interface OutboxDeps {
   db: Db;
@@ -122,30 +122,3 @@ export function createOutboxActivities(deps: OutboxDeps) {
 }
 
 export type OutboxActivities = ReturnType<typeof createOutboxActivities>;
-
-/**
- * A refusal as an operator reads it: the status, and the code and reasons of a protocol error
- * body (DSP errors and ours carry `code` and `reason[]`), else the start of the body.
- */
-export function describeAnswer(status: number, text: string): string {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = undefined;
-  }
-  const body = parsed as { code?: unknown; reason?: unknown } | undefined;
-  if (body && typeof body === 'object' && typeof body.code === 'string') {
-    const reasons = (Array.isArray(body.reason) ? body.reason : [body.reason])
-      .map((r) =>
-        typeof r === 'string'
-          ? r
-          : r && typeof r === 'object'
-            ? ((r as { message?: string }).message ?? JSON.stringify(r))
-            : null,
-      )
-      .filter((r): r is string => !!r);
-    return `the counterparty answered ${status} ${body.code}${reasons.length ? `: ${reasons.join('; ').slice(0, 500)}` : ''}`;
-  }
-  return `the counterparty answered ${status}${text ? `: ${text.slice(0, 500)}` : ''}`;
-}

@@ -18,7 +18,7 @@ import { outboxStore, type NewOutboxMessage } from '../db/outbox.js';
 import type { Party } from '../domain/negotiation.js';
 import {
   TokenRefreshError,
-  hashToken,
+  tokenDigest,
   issueTransferAccess,
   refreshTransferToken,
   revokeTransferAccess,
@@ -30,9 +30,6 @@ import {
   connectionSupersededSignal,
 } from '../workflows/transfer-messages.js';
 import { isTransferEnded, withTokenDigest } from '../domain/transfer.js';
-
-/** How evidence names a pull token: its SHA-256, as the data plane stores it. */
-export const tokenDigest = (token: string) => `sha256:${hashToken(token)}`;
 
 /** Deterministic per transfer and version, so that a retried activity appends once. */
 const stateEvidenceId = (transferId: string, version: number) =>

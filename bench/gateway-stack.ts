@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { PROJECT_ROOT } from '../config.js';
 import { spawnBound } from '../dev/processes.js';
 import type { LoadJob, LoadResult } from './gateway-load.js';
+import { api, type Answer, type Api } from './management-api.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const note = (line: string) => process.stderr.write(`[bench] ${line}\n`);
@@ -102,39 +103,6 @@ export function treeCpuMs(roots: Record<string, number>): Record<string, number>
 /** Our direct child by command name (the Temporal CLI, the postmaster). */
 export function childByComm(comm: string): number | null {
   return allProcs().find((p) => p.ppid === process.pid && p.comm === comm)?.pid ?? null;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Management API
-
-export interface Answer {
-  status: number;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the bench reads answers of every shape
-  body: any;
-}
-
-export type Api = (method: string, p: string, body?: unknown) => Promise<Answer>;
-
-export function api(baseUrl: string, key: string): Api {
-  return async (method, p, body) => {
-    const res = await fetch(`${baseUrl}${p}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${key}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(30_000),
-    });
-    const text = await res.text();
-    let parsed: unknown = text;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      // not JSON: keep the text
-    }
-    return { status: res.status, body: parsed };
-  };
 }
 
 export async function expectStatus(what: string, answer: Promise<Answer>, ...statuses: number[]) {

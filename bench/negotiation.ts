@@ -54,6 +54,7 @@ import { freePort, spawnBound, stopChild } from '../dev/processes.js';
 import { startAuthority } from '../dev/authority/index.js';
 import { startBuildingBackend } from '../dev/building-backend/index.js';
 import { FLOOR_STEPS, floorStartUpdate, floorStepUpdate } from './floor-workflow.js';
+import { api, type Answer, type Api } from './management-api.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CONNECTOR_SCRIPT = path.join(here, 'connector-process.ts');
@@ -237,38 +238,6 @@ function cpuSnapshot(components: Component[]): Record<string, number> {
 function childByComm(comm: string): number | null {
   return allProcs().find((p) => p.ppid === process.pid && p.comm === comm)?.pid ?? null;
 }
-
-// ---------------------------------------------------------------------------------------------
-// HTTP
-
-interface Answer {
-  status: number;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the bench reads answers of every shape
-  body: any;
-}
-
-function api(baseUrl: string, key: string) {
-  return async (method: string, p: string, body?: unknown): Promise<Answer> => {
-    const res = await fetch(`${baseUrl}${p}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${key}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(30_000),
-    });
-    const text = await res.text();
-    let parsed: unknown = text;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      // not JSON: keep the text
-    }
-    return { status: res.status, body: parsed };
-  };
-}
-type Api = ReturnType<typeof api>;
 
 async function expectStatus(what: string, answer: Promise<Answer>, status: number) {
   const a = await answer;

@@ -26,3 +26,30 @@ export function retryDelayMs(attempt: number, policy: DeliveryRetry): number {
  */
 export const isRetryableStatus = (status: number): boolean =>
   status >= 500 || [408, 409, 425, 429].includes(status);
+
+/**
+ * A refusal as an operator reads it: the status, and the code and reasons of a protocol error
+ * body (DSP errors and ours carry `code` and `reason[]`), else the start of the body.
+ */
+export function describeAnswer(status: number, text: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  const body = parsed as { code?: unknown; reason?: unknown } | undefined;
+  if (body && typeof body === 'object' && typeof body.code === 'string') {
+    const reasons = (Array.isArray(body.reason) ? body.reason : [body.reason])
+      .map((r) =>
+        typeof r === 'string'
+          ? r
+          : r && typeof r === 'object'
+            ? ((r as { message?: string }).message ?? JSON.stringify(r))
+            : null,
+      )
+      .filter((r): r is string => !!r);
+    return `the counterparty answered ${status} ${body.code}${reasons.length ? `: ${reasons.join('; ').slice(0, 500)}` : ''}`;
+  }
+  return `the counterparty answered ${status}${text ? `: ${text.slice(0, 500)}` : ''}`;
+}

@@ -12,7 +12,7 @@ import type { Services } from '../services.js';
 import { ApiError } from '../../domain/errors.js';
 import { DSP_CONTEXT_URL } from '../../domain/dsp.js';
 import { callbackProblem } from '../protocol/callback.js';
-import { describeAnswer } from '../../activities/outbox.js';
+import { describeAnswer } from '../../domain/outbox.js';
 
 /** A catalog is metadata: more than this is refused rather than buffered. */
 const MAX_CATALOG_BYTES = 4 * 1024 * 1024;

@@ -14,7 +14,7 @@ import {
 import { ApplicationFailure } from '@temporalio/common';
 import { route } from '../routes.js';
 import type { Services } from '../services.js';
-import { idParams, pageOf, pageQuery, toPageRequest } from './schemas.js';
+import { historyEntry, idParams, pageOf, pageQuery, toPageRequest } from './schemas.js';
 import { dateTime, nullableString } from '../validation.js';
 import { ApiError, conflict, notFound } from '../../domain/errors.js';
 import {
@@ -92,15 +92,6 @@ const ruleOffer = Joi.object({
   .unknown(true)
   .or('permission', 'prohibition')
   .required();
-
-const historyEntry = Joi.object({
-  at: dateTime(),
-  state: Joi.string(),
-  message_type: Joi.string().allow(null),
-  direction: Joi.string().allow(null),
-  evidence_id: Joi.string().allow(null),
-  note: Joi.string().allow(null),
-});
 
 const negotiationOutput = Joi.object({
   id: Joi.string().required(),

@@ -4,7 +4,7 @@ import { PROVIDES } from '../../domain/sources.js';
 import { patternProblem } from '../../domain/path-patterns.js';
 import { RESOURCE_ID_PATTERN } from '../../domain/ids.js';
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, decodeCursor } from '../../domain/paging.js';
-import { nullableString } from '../validation.js';
+import { dateTime, nullableString } from '../validation.js';
 
 export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
@@ -97,4 +97,14 @@ export const backendBinding = Joi.object({
     .unique(),
   allowed_paths: Joi.array().items(pathPattern).unique(),
   links: Joi.object().pattern(OBJECT_ID_PATTERN, linkDetail),
+});
+
+/** An entry of a process's history (negotiations, transfers): spec "Negotiation" history. */
+export const historyEntry = Joi.object({
+  at: dateTime(),
+  state: Joi.string(),
+  message_type: Joi.string().allow(null),
+  direction: Joi.string().allow(null),
+  evidence_id: Joi.string().allow(null),
+  note: Joi.string().allow(null),
 });

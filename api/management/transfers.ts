@@ -13,7 +13,7 @@ import {
 import { ApplicationFailure } from '@temporalio/common';
 import { route } from '../routes.js';
 import type { Services } from '../services.js';
-import { idParams, pageOf, pageQuery, toPageRequest } from './schemas.js';
+import { historyEntry, idParams, pageOf, pageQuery, toPageRequest } from './schemas.js';
 import { dateTime } from '../validation.js';
 import { ApiError, conflict, invalidRequest, notFound } from '../../domain/errors.js';
 import type { Party } from '../../domain/negotiation.js';
@@ -41,15 +41,6 @@ import type { Caller } from '../middleware/authenticate.js';
 
 /** A connection alias: lower-case letters, digits and dashes (it becomes a gateway path segment). */
 export const CONNECTION_ALIAS = /^[a-z0-9][a-z0-9-]{0,62}$/;
-
-const historyEntry = Joi.object({
-  at: dateTime(),
-  state: Joi.string(),
-  message_type: Joi.string().allow(null),
-  direction: Joi.string().allow(null),
-  evidence_id: Joi.string().allow(null),
-  note: Joi.string().allow(null),
-});
 
 const transferOutput = Joi.object({
   id: Joi.string().required(),

@@ -72,13 +72,15 @@ export class DspError extends Error {
   }
 }
 
-interface Peer {
+export interface Peer {
   did: string;
 }
 
-const peerOf = (ctx: Koa.Context): Peer => ctx.state.peer as Peer;
+/** The authenticated caller (api/middleware/connector-auth.ts). */
+export const peerOf = (ctx: Koa.Context): Peer => ctx.state.peer as Peer;
 
-function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unknown> {
+/** A DSP message checked against its schema and the shapes no workflow could take; 400 otherwise. */
+export function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unknown> {
   const { error, value } = schema.validate(body, { abortEarly: true });
   const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
   if (error) throw new DspError(400, 'invalid_message', [error.message], b);

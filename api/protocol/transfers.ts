@@ -20,7 +20,7 @@ import {
 } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Services } from '../services.js';
-import { DspError } from './negotiations.js';
+import { DspError, peerOf, validateMessage, type Peer } from './negotiations.js';
 import { callbackProblem } from './callback.js';
 import { transferStore, type TransferRecord } from '../../db/transfers.js';
 import { agreementStore } from '../../db/agreements.js';
@@ -37,7 +37,7 @@ import {
   withTokenDigest,
   type TransferMessage,
 } from '../../domain/transfer.js';
-import { tokenDigest } from '../../activities/transfer.js';
+import { tokenDigest } from '../../gateway/dataplane/access.js';
 import {
   ILLEGAL_TRANSFER_TRANSITION,
   transferMessageUpdate,
@@ -51,24 +51,8 @@ import {
   transferSuspensionSchema,
   transferTerminationSchema,
 } from './transfer-schemas.js';
-import { messageShapeProblem } from './schemas.js';
 
 const TRANSFERS_PATH = `${DSP_BASE_PATH}/transfers`;
-
-interface Peer {
-  did: string;
-}
-
-const peerOf = (ctx: Koa.Context): Peer => ctx.state.peer as Peer;
-
-function validateMessage(schema: Joi.Schema, body: unknown): Record<string, unknown> {
-  const { error, value } = schema.validate(body, { abortEarly: true });
-  const b = (body ?? {}) as { providerPid?: string; consumerPid?: string };
-  if (error) throw new DspError(400, 'invalid_message', [error.message], b);
-  const problem = messageShapeProblem(value);
-  if (problem) throw new DspError(400, 'invalid_message', [problem], b);
-  return value as Record<string, unknown>;
-}
 
 /** The same request (same consumer, same consumerPid) always finds the same workflow and providerPid. */
 function providerIdentity(consumerDid: string, consumerPid: string) {

@@ -50,6 +50,9 @@ export const TOKEN_PATTERN = /^dpt_[A-Za-z0-9_-]{43}$/;
 export const REFRESH_PATH = '/token';
 
 export const hashToken = (token: string): string => createHash('sha256').update(token, 'utf8').digest('hex');
+
+/** How evidence names a pull token: its SHA-256, as the data plane stores it. */
+export const tokenDigest = (token: string) => `sha256:${hashToken(token)}`;
 const newToken = (): string => `dpt_${randomBytes(32).toString('base64url')}`;
 
 function dataAddressOf(row: TokenRow, token: string): DataAddress {

@@ -1,0 +1,30 @@
+/** The management API as the benches call it: one function per connector, answers parsed when JSON. */
+export interface Answer {
+  status: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the bench reads answers of every shape
+  body: any;
+}
+
+export type Api = (method: string, p: string, body?: unknown) => Promise<Answer>;
+
+export function api(baseUrl: string, key: string): Api {
+  return async (method, p, body) => {
+    const res = await fetch(`${baseUrl}${p}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${key}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // not JSON: keep the text
+    }
+    return { status: res.status, body: parsed };
+  };
+}
