@@ -12,6 +12,7 @@ import { PROJECT_ROOT } from '../config.js';
 import { spawnBound } from '../dev/processes.js';
 import type { LoadJob, LoadResult } from './gateway-load.js';
 import { api, type Answer, type Api } from './management-api.js';
+import { connectorArgs, type ConnectorMode } from './connectors.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const note = (line: string) => process.stderr.write(`[bench] ${line}\n`);
@@ -124,14 +125,14 @@ export interface ConnectorProcess {
   api: Api;
 }
 
-/** A connector as its own process (bench/connector-process.ts under tsx). */
+/** A connector as its own process (bench/connector-process.ts, compiled or under tsx: bench/connectors.ts). */
 export async function startConnectorProcess(
   name: string,
   env: Record<string, string>,
+  mode: ConnectorMode,
   nodeArgs: string[] = [],
 ): Promise<ConnectorProcess> {
-  const script = path.join(here, 'connector-process.ts');
-  const child = spawnBound(process.execPath, [...nodeArgs, '--import', 'tsx', script], {
+  const child = spawnBound(process.execPath, [...nodeArgs, ...connectorArgs(mode)], {
     deathSignal: 'TERM',
     cwd: PROJECT_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -53,6 +53,7 @@ import {
   treeCpuMs,
   type ConnectorProcess,
 } from './gateway-stack.js';
+import { connectorMode, describeConnectors, ensureBuilt, type ConnectorMode } from './connectors.js';
 
 const BACKEND_KEY = 'bench-backend-key';
 const LATENCIES = [10, 0] as const;
@@ -89,6 +90,8 @@ interface Options {
   cases: Case[];
   /** Directory for V8 CPU profiles of the connectors (written when they stop). */
   cpuProf: string | null;
+  /** Compiled as in production (default), or the sources under tsx (`--tsx`). */
+  connectors: ConnectorMode;
 }
 
 function parseOptions(args: string[]): Options {
@@ -110,6 +113,7 @@ function parseOptions(args: string[]): Options {
     connections,
     cases: CASES.filter((c) => names.includes(c.name)),
     cpuProf: value('cpu-prof') ? path.resolve(value('cpu-prof')!) : null,
+    connectors: connectorMode(args),
   };
 }
 
@@ -257,6 +261,7 @@ interface CaseResult {
 
 export async function run(args: string[] = []): Promise<void> {
   const options = parseOptions(args);
+  if (options.connectors === 'dist') ensureBuilt((line) => say(`[bench] ${line}`));
   const started = Date.now();
   const loadBefore = os.loadavg();
   say(
@@ -319,6 +324,7 @@ export async function run(args: string[] = []): Promise<void> {
             DATA_DIR: path.join(workDir, name),
             BENCH_WORKFLOW_BUNDLE: bundlePath,
           },
+          options.connectors,
           options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${path.join(options.cpuProf, name)}`] : [],
         );
         connectors.push(c);
@@ -580,7 +586,7 @@ export async function run(args: string[] = []): Promise<void> {
       `  load average ${loadBefore.map((l) => l.toFixed(2)).join(' ')} at start, ` +
         `${loadAfter.map((l) => l.toFixed(2)).join(' ')} at end (other work on the same cores skews the figures)`,
     );
-    say('  (connectors run the TypeScript sources through tsx, which adds to their RSS)');
+    say(`  (${describeConnectors(options.connectors)})`);
 
     const round = (v: number, digits = 3) => (Number.isFinite(v) ? Number(v.toFixed(digits)) : null);
     const load3 = (r: LoadResult) => ({

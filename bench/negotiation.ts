@@ -30,10 +30,9 @@
  * Run: `npx tsx bench/negotiation.ts`, or `npm run bench -- negotiation`; about 2.5 minutes.
  * Options: --warmup=20, --sequential=300 and --concurrent=400 (at most this many; each of the two
  * runs also stops starting new negotiations after --phase-seconds=45), --clients=4, --floor=200,
- * --timeout-ms=10000, --poll=2, --self-bundle (each connector bundles its workflows at start, as
- * `node dist/main.js` does; otherwise this process bundles them once), --connector-entry=<a
- * compiled connector-process.js> (connectors without tsx; the workflows are bundled from that
- * build). The last line of output is the result as JSON.
+ * --timeout-ms=10000, --poll=2, --tsx (connectors from the TypeScript sources; by default they run
+ * compiled with the production flags, built first if dist/ is stale: bench/connectors.ts). The
+ * last line of output is the result as JSON.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -55,9 +54,15 @@ import { startAuthority } from '../dev/authority/index.js';
 import { startBuildingBackend } from '../dev/building-backend/index.js';
 import { FLOOR_STEPS, floorStartUpdate, floorStepUpdate } from './floor-workflow.js';
 import { api, type Answer, type Api } from './management-api.js';
+import {
+  connectorArgs,
+  connectorMode,
+  describeConnectors,
+  ensureBuilt,
+  type ConnectorMode,
+} from './connectors.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const CONNECTOR_SCRIPT = path.join(here, 'connector-process.ts');
 const FLOOR_WORKFLOWS = path.join(here, 'floor-workflow.ts');
 const SODA = '0363.10.0000000101';
 const NOTIFY_CHANNEL = 'bench_negotiation';
@@ -76,15 +81,10 @@ interface Options {
   /** Each negotiation run (1 client, N clients) stops starting new ones after this long. */
   phaseSeconds: number;
   timeoutMs: number;
-  /**
-   * A compiled connector-process.js to run instead of bench/connector-process.ts under tsx (to
-   * measure memory without tsx); its build's workflows/index.js is one directory up.
-   */
-  connectorEntry: string | null;
+  /** Compiled as in production (default), or the sources under tsx. */
+  connectors: ConnectorMode;
   /** Poll the consumer's API every this many ms instead of listening for commits. */
   pollMs: number | null;
-  /** Let each connector bundle its workflows at start, as `node dist/main.js` does. */
-  selfBundle: boolean;
 }
 
 function parseOptions(args: string[]): Options {
@@ -103,9 +103,8 @@ function parseOptions(args: string[]): Options {
     floor: count('floor', 200),
     phaseSeconds: count('phase-seconds', 45),
     timeoutMs: count('timeout-ms', 10_000),
-    connectorEntry: value('connector-entry') ?? null,
+    connectors: connectorMode(args),
     pollMs: poll === undefined ? null : Math.max(0, Number(poll)),
-    selfBundle: args.includes('--self-bundle'),
   };
 }
 
@@ -270,10 +269,9 @@ async function startConnectorProcess(
   name: string,
   env: Record<string, string>,
   databaseUrl: string,
-  entry: string | null,
+  mode: ConnectorMode,
 ): Promise<ConnectorProcess> {
-  const args = entry ? [path.resolve(entry)] : ['--import', 'tsx', CONNECTOR_SCRIPT];
-  const child = spawnBound(process.execPath, args, {
+  const child = spawnBound(process.execPath, connectorArgs(mode), {
     deathSignal: 'TERM',
     cwd: PROJECT_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -877,6 +875,7 @@ async function temporalBreakdown(
 
 export async function run(args: string[] = []): Promise<void> {
   const options = parseOptions(args);
+  if (options.connectors === 'dist') ensureBuilt(note);
   const started = Date.now();
   say(
     `negotiation bench: Node ${process.version}, ${os.availableParallelism()} cores, ` +
@@ -902,19 +901,8 @@ export async function run(args: string[] = []): Promise<void> {
     const [postgres, temporal, connectorBundle, floorBundle] = await Promise.all([
       startEmbeddedPostgres({ dataDir: pgDataDir, ephemeral: true }),
       startTemporalDevServer({ cli, headless: true }),
-      options.selfBundle
-        ? Promise.resolve(null)
-        : options.connectorEntry
-          ? bundleWorkflowCode({
-              workflowsPath: path.join(
-                path.dirname(path.resolve(options.connectorEntry)),
-                '..',
-                'workflows',
-                'index.js',
-              ),
-              logger: quiet,
-            })
-          : bundleWorkflows(),
+      // Compiled connectors load the build's bundle; under tsx this process bundles once for both.
+      options.connectors === 'dist' ? Promise.resolve(null) : bundleWorkflows(),
       bundleWorkflowCode({
         workflowsPath: FLOOR_WORKFLOWS,
         logger: quiet,
@@ -967,7 +955,7 @@ export async function run(args: string[] = []): Promise<void> {
             ...(bundlePath ? { BENCH_WORKFLOW_BUNDLE: bundlePath } : {}),
           },
           postgres.urlFor(database),
-          options.connectorEntry,
+          options.connectors,
         );
         connectors.push(c);
         return c;
@@ -1171,10 +1159,7 @@ export async function run(args: string[] = []): Promise<void> {
       ]),
     );
     say("  (the rest of the RSS: code, the workflow thread's V8 isolate, the Temporal core (Rust), buffers)");
-    say(
-      `  (connectors run ${options.connectorEntry ? options.connectorEntry : 'the TypeScript sources through tsx'}; ` +
-        `workflows ${options.selfBundle ? 'bundled by each connector at start' : 'prebuilt by this process'})`,
-    );
+    say(`  (${describeConnectors(options.connectors)})`);
 
     say();
     say(
