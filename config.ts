@@ -18,6 +18,13 @@ export const PROJECT_ROOT = path.dirname(fileURLToPath(import.meta.url)).replace
  */
 export const PRODUCTION_NODE_FLAGS = ['--max-semi-space-size=4'] as const;
 
+/**
+ * Environment of the production connector, beside PRODUCTION_NODE_FLAGS. glibc gives each thread
+ * that allocates its own malloc arena (the connector has the workflow thread, libuv's pool and the
+ * Temporal core's threads); two arenas cost nothing measurable here and 15–20 MB less memory.
+ */
+export const PRODUCTION_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+
 export const CONNECTOR_ROLES = ['api', 'worker'] as const;
 export type ConnectorRole = (typeof CONNECTOR_ROLES)[number];
 

@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { PROJECT_ROOT, PRODUCTION_NODE_FLAGS } from '../config.js';
+import { PROJECT_ROOT, PRODUCTION_ENV, PRODUCTION_NODE_FLAGS } from '../config.js';
 
 export type ConnectorMode = 'dist' | 'tsx';
 
@@ -61,6 +61,11 @@ export function ensureBuilt(say: (line: string) => void): void {
   if (result.status !== 0) throw new Error(`npm run build failed (exit ${result.status ?? result.signal})`);
 }
 
+/** Environment to add for a connector process in `mode` (production's, for the compiled one). */
+export function connectorEnv(mode: ConnectorMode): Record<string, string> {
+  return mode === 'dist' ? { ...PRODUCTION_ENV } : {};
+}
+
 /** Node arguments that start one connector process (bench/connector-process.ts) in `mode`. */
 export function connectorArgs(mode: ConnectorMode): string[] {
   return mode === 'dist' ? [...PRODUCTION_NODE_FLAGS, COMPILED_ENTRY] : ['--import', 'tsx', SOURCE_ENTRY];
@@ -68,6 +73,10 @@ export function connectorArgs(mode: ConnectorMode): string[] {
 
 export function describeConnectors(mode: ConnectorMode): string {
   return mode === 'dist'
-    ? `connectors run compiled (dist/, prebuilt workflow bundle) with ${PRODUCTION_NODE_FLAGS.join(' ')}, as npm run serve does`
+    ? `connectors run compiled (dist/, prebuilt workflow bundle) with ${PRODUCTION_NODE_FLAGS.join(' ')} and ${Object.entries(
+        PRODUCTION_ENV,
+      )
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ')}, as npm run serve does`
     : 'connectors run the TypeScript sources through tsx (adds ≈ 45 MB to their RSS)';
 }

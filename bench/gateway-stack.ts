@@ -12,7 +12,7 @@ import { PROJECT_ROOT } from '../config.js';
 import { spawnBound } from '../dev/processes.js';
 import type { LoadJob, LoadResult } from './gateway-load.js';
 import { api, type Answer, type Api } from './management-api.js';
-import { connectorArgs, type ConnectorMode } from './connectors.js';
+import { connectorArgs, connectorEnv, type ConnectorMode } from './connectors.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const note = (line: string) => process.stderr.write(`[bench] ${line}\n`);
@@ -136,7 +136,7 @@ export async function startConnectorProcess(
     deathSignal: 'TERM',
     cwd: PROJECT_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...connectorEnv(mode), ...env },
   });
   const tail: string[] = [];
   let shown = 0;

@@ -56,6 +56,7 @@ import { FLOOR_STEPS, floorStartUpdate, floorStepUpdate } from './floor-workflow
 import { api, type Answer, type Api } from './management-api.js';
 import {
   connectorArgs,
+  connectorEnv,
   connectorMode,
   describeConnectors,
   ensureBuilt,
@@ -275,7 +276,7 @@ async function startConnectorProcess(
     deathSignal: 'TERM',
     cwd: PROJECT_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env, DATABASE_URL: databaseUrl },
+    env: { ...process.env, ...connectorEnv(mode), ...env, DATABASE_URL: databaseUrl },
   });
   let errLines = 0;
   const tail: string[] = [];

@@ -7,25 +7,33 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
-import { PROJECT_ROOT, PRODUCTION_NODE_FLAGS } from '../config.js';
+import { PROJECT_ROOT, PRODUCTION_ENV, PRODUCTION_NODE_FLAGS } from '../config.js';
 import { freePort, spawnBound, stopChild } from '../dev/processes.js';
-import { connectorArgs, ensureBuilt } from '../bench/connectors.js';
+import { connectorArgs, connectorEnv, ensureBuilt } from '../bench/connectors.js';
 import { createTestDatabase, requireStack, TEST_KEY_ENCRYPTION_KEY, uniqueName } from './support/stack.js';
 import { client } from './support/http.js';
 
 describe('production run', function () {
   this.timeout(240_000);
 
-  it('runs with the same Node flags in the Dockerfile, npm run serve and the benches', () => {
-    const cmd = /^CMD (\[.*\])$/m.exec(fs.readFileSync(path.join(PROJECT_ROOT, 'Dockerfile'), 'utf8'))?.[1];
+  it('runs with the same Node flags and environment in the Dockerfile, npm run serve and the benches', () => {
+    const dockerfile = fs.readFileSync(path.join(PROJECT_ROOT, 'Dockerfile'), 'utf8');
+    const cmd = /^CMD (\[.*\])$/m.exec(dockerfile)?.[1];
     expect(JSON.parse(cmd ?? 'null')).to.deep.equal(['node', ...PRODUCTION_NODE_FLAGS, 'dist/main.js']);
+    const assignments = Object.entries(PRODUCTION_ENV).map(([name, value]) => `${name}=${value}`);
+    const dockerEnv = [...dockerfile.matchAll(/^ENV (.*)$/gm)].map((m) => m[1]).join(' ');
+    for (const assignment of assignments) expect(dockerEnv).to.include(assignment);
+
     const pkg = JSON.parse(fs.readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as {
       scripts: Record<string, string>;
     };
-    expect(pkg.scripts.serve).to.equal(['node', ...PRODUCTION_NODE_FLAGS, 'dist/main.js'].join(' '));
+    expect(pkg.scripts.serve).to.equal(
+      [...assignments, 'node', ...PRODUCTION_NODE_FLAGS, 'dist/main.js'].join(' '),
+    );
     expect(connectorArgs('dist').slice(0, PRODUCTION_NODE_FLAGS.length)).to.deep.equal([
       ...PRODUCTION_NODE_FLAGS,
     ]);
+    expect(connectorEnv('dist')).to.deep.equal(PRODUCTION_ENV);
   });
 
   it("starts compiled on the build's workflow bundle and serves", async () => {
@@ -39,6 +47,7 @@ describe('production run', function () {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: {
         ...process.env,
+        ...connectorEnv('dist'),
         DATABASE_URL: await createTestDatabase('serve'),
         TEMPORAL_ADDRESS: requireStack().temporal.address,
         TEMPORAL_TASK_QUEUE: uniqueName('serve'),
