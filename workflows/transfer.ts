@@ -452,7 +452,11 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
     await record(note(error));
   });
 
-  /** Delivers our queued messages in order; one that cannot be delivered ends the transfer. */
+  /**
+   * Delivers our queued messages in order. One that cannot be delivered ends the transfer, and
+   * the counterparty is told (best effort, as a negotiation does): a peer that refused one
+   * message, or was away for the whole retry period, may well take the termination.
+   */
   async function deliverNext() {
     const o = outgoing.shift()!;
     if (role === 'consumer' && providerPid === null) {
@@ -473,6 +477,11 @@ export async function transfer(input: TransferInput): Promise<TransferAck> {
     if (!result.delivered && !isTransferEnded(state)) {
       state = 'TERMINATED';
       error = result.error;
+      outgoing.push({
+        type: 'TransferTerminationMessage',
+        code: 'delivery_failed',
+        reason: [`our ${o.type} was not delivered: ${result.error}`],
+      });
       await stopFlow('TERMINATED');
       await record(note(result.error));
     }

@@ -6,6 +6,7 @@
  */
 import { expect } from 'chai';
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
 import { client, type Client } from '../support/http.js';
 import { startTestConnector } from '../support/stack.js';
 import { expectError } from '../support/expect-error.js';
@@ -439,6 +440,74 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     const anonymous = await dsp.post('/transfers/request', fresh());
     expect(anonymous.status).to.equal(401);
     expect(anonymous.body).to.include({ '@type': 'TransferError', code: 'missing_token' });
+  });
+
+  it('ends a transfer whose message the counterparty refuses, and tells the counterparty (delivery_failed)', async () => {
+    // A consumer endpoint under the test's control: it refuses the provider's start and takes
+    // the termination that follows.
+    const received: Array<{ path: string; body: Json }> = [];
+    const peer = http.createServer((req, res) => {
+      let raw = '';
+      req.on('data', (c: Buffer) => (raw += c.toString()));
+      req.on('end', () => {
+        received.push({ path: req.url ?? '', body: raw ? (JSON.parse(raw)) : {} });
+        const refuse = req.url?.endsWith('/start');
+        res.writeHead(refuse ? 400 : 200, { 'content-type': 'application/json' });
+        res.end(
+          refuse
+            ? JSON.stringify({
+                '@context': DSP_CONTEXT,
+                '@type': 'TransferError',
+                code: 'not_now',
+                reason: ['no'],
+              })
+            : '{}',
+        );
+      });
+    });
+    await new Promise<void>((resolve) => peer.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = peer.address() as { port: number };
+      const consumerPid = `urn:uuid:${randomUUID()}`;
+      const dsp = client(provider.dsp);
+      const opened = await dsp.post(
+        '/transfers/request',
+        {
+          '@context': DSP_CONTEXT,
+          '@id': `urn:uuid:${randomUUID()}`,
+          '@type': 'TransferRequestMessage',
+          consumerPid,
+          agreementId,
+          format: 'HttpData-PULL',
+          callbackAddress: `http://127.0.0.1:${port}/dsp`,
+        },
+        await asConsumer(),
+      );
+      expect(opened.status, JSON.stringify(opened.body)).to.equal(201);
+      const ended = await waitTransfer(
+        provider.api,
+        (await providerSide(consumerPid)).id,
+        (t) => t.state === 'TERMINATED',
+      );
+      expect(ended.error).to.include('400');
+
+      const deadline = Date.now() + 15_000;
+      while (!received.some((r) => r.path.endsWith('/termination')) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 25));
+      const termination = received.find((r) => r.path.endsWith('/termination'));
+      expect(termination, JSON.stringify(received)).to.exist;
+      expect(decodeURIComponent(termination!.path)).to.equal(`/dsp/transfers/${consumerPid}/termination`);
+      expect(termination!.body).to.include({
+        '@type': 'TransferTerminationMessage',
+        providerPid: opened.body.providerPid,
+        consumerPid,
+        code: 'delivery_failed',
+      });
+      expect(termination!.body.reason[0]).to.include('TransferStartMessage was not delivered');
+      expect(received.filter((r) => r.path.endsWith('/start'))).to.have.length(1);
+    } finally {
+      await new Promise((resolve) => peer.close(resolve));
+    }
   });
 
   it('refuses illegal transitions with 400 and unknown processes with 404; a repeated message changes nothing', async () => {
