@@ -3,7 +3,9 @@
  * 8 writers in separate pools as separate processes would be) and verified entries per second,
  * each next to a baseline measured in the same run on the same server:
  *   - appends: a plain INSERT of the same row into an unchained table, at the same concurrency;
- *   - verify: the same keyset SELECT of the same rows, with no hashing or checks.
+ *   - verify: the same keyset SELECT of the same rows, with no hashing or checks; with the CPU
+ *     time per entry of this process and of the PostgreSQL server (from /proc), steadier than
+ *     rates when other work shares the machine.
  * Also the textbook alternative (a head row locked with SELECT … FOR UPDATE per append), which
  * is why db/evidence.ts does not use it.
  *
@@ -12,6 +14,7 @@
  * use); the durable part on a server with fsync and synchronous_commit on (production settings).
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
@@ -188,7 +191,48 @@ async function streamOnly(db: Db): Promise<number> {
   }
 }
 
-async function verifyRate(url: string, entries: number): Promise<Row[]> {
+/** CPU time (µs) used so far by the PostgreSQL server: its postmaster and every backend (Linux /proc). */
+function serverCpuMicros(clusterDir: string): number {
+  const postmaster = Number(fs.readFileSync(path.join(clusterDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const ticksPerSecond = 100; // USER_HZ
+  let ticks = 0;
+  for (const pid of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let stat: string;
+    try {
+      stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    // fields after "(comm)": state ppid … utime (14th) stime (15th)
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pid) === postmaster || Number(fields[1]) === postmaster)
+      ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return (ticks / ticksPerSecond) * 1e6;
+}
+
+/** Runs `op` (which handles `count()` entries) and answers its rate and CPU µs per entry here and in the server. */
+async function measured(clusterDir: string, op: () => Promise<number>) {
+  const cpu = process.cpuUsage();
+  const server = serverCpuMicros(clusterDir);
+  const started = performance.now();
+  const entries = await op();
+  const seconds = (performance.now() - started) / 1000;
+  const used = process.cpuUsage(cpu);
+  return {
+    entries,
+    rate: entries / seconds,
+    clientCpu: (used.user + used.system) / entries,
+    serverCpu: (serverCpuMicros(clusterDir) - server) / entries,
+  };
+}
+
+async function verifyRate(
+  url: string,
+  clusterDir: string,
+  entries: number,
+): Promise<{ rows: Row[]; note: string }> {
   const db = createDb(url, { poolMax: 10 });
   try {
     await migrateLatest(db);
@@ -204,34 +248,41 @@ async function verifyRate(url: string, entries: number): Promise<Row[]> {
     );
     await db.raw('VACUUM ANALYZE evidence');
     await streamOnly(db); // warm the cache for both
-    const t0 = performance.now();
-    const result = await store.verify();
-    const verifySeconds = (performance.now() - t0) / 1000;
-    if (!result.ok) throw new Error(`chain broken at ${result.first_broken_seq}`);
-    const t1 = performance.now();
-    const streamed = await streamOnly(db);
-    const streamSeconds = (performance.now() - t1) / 1000;
+    const verify = await measured(clusterDir, async () => {
+      const result = await store.verify();
+      if (!result.ok) throw new Error(`chain broken at ${result.first_broken_seq}`);
+      return result.entries;
+    });
+    const stream = await measured(clusterDir, () => streamOnly(db));
     const heap = process.memoryUsage().heapUsed / 2 ** 20;
-    return [
-      {
-        name: `verify ${result.entries.toLocaleString('en-US')} entries (heap after: ${heap.toFixed(0)} MiB)`,
-        value: result.entries / verifySeconds,
-        baseline: streamed / streamSeconds,
-        unit: 'entries/s',
-      },
-    ];
+    const cpu = (m: { clientCpu: number; serverCpu: number }) =>
+      `${m.clientCpu.toFixed(2)} µs here + ${m.serverCpu.toFixed(2)} µs in PostgreSQL`;
+    return {
+      rows: [
+        {
+          name: `verify ${verify.entries.toLocaleString('en-US')} entries (heap after: ${heap.toFixed(0)} MiB)`,
+          value: verify.rate,
+          baseline: stream.rate,
+          unit: 'entries/s',
+        },
+      ],
+      note: `  CPU per entry: verify ${cpu(verify)}; plain stream ${cpu(stream)}`,
+    };
   } finally {
     await db.destroy();
   }
 }
 
-async function onServer<T>(options: { durable: boolean }, run: (url: string) => Promise<T>): Promise<T> {
+async function onServer<T>(
+  options: { durable: boolean },
+  run: (url: string, server: EmbeddedPostgresHandle) => Promise<T>,
+): Promise<T> {
   const dataDir = defaultTestDataDir();
   let server: EmbeddedPostgresHandle | undefined;
   try {
     server = await startEmbeddedPostgres({ dataDir, ephemeral: !options.durable });
     await ensureDatabase(server.adminUrl, 'bench');
-    return await run(server.urlFor('bench'));
+    return await run(server.urlFor('bench'), server);
   } finally {
     await server?.stop();
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -241,13 +292,13 @@ async function onServer<T>(options: { durable: boolean }, run: (url: string) => 
 export async function run(args: string[] = []): Promise<void> {
   const options = parseOptions(args);
   console.log(
-    `evidence bench: Node ${process.version}, ${(await import('node:os')).availableParallelism()} cores, ${options.seconds} s per rate`,
+    `evidence bench: Node ${process.version}, ${os.availableParallelism()} cores, ${options.seconds} s per rate, load average ${os.loadavg()[0]!.toFixed(2)}`,
   );
-  await onServer({ durable: false }, async (url) => {
-    print('ephemeral server (fsync off, synchronous_commit off)', [
-      ...(await appendRates(url, options.seconds)),
-      ...(await verifyRate(url, options.entries)),
-    ]);
+  await onServer({ durable: false }, async (url, server) => {
+    const appends = await appendRates(url, options.seconds);
+    const verify = await verifyRate(url, server.clusterDir, options.entries);
+    print('ephemeral server (fsync off, synchronous_commit off)', [...appends, ...verify.rows]);
+    console.log(verify.note);
   });
   if (options.durable) {
     await onServer({ durable: true }, async (url) => {

@@ -15,16 +15,21 @@ import canonicalizeModule from 'canonicalize';
 import type { Db } from './knex.js';
 import { isUniqueViolation } from './paging.js';
 import { RESOURCE_ID_PATTERN } from '../domain/ids.js';
+import { GENESIS_HASH, verifyEntries, type ChainVerification } from './evidence-verify.js';
+
+export {
+  GENESIS_HASH,
+  VERIFY_PAGE_SIZE,
+  VerificationFailed,
+  type ChainVerification,
+} from './evidence-verify.js';
 
 // canonicalize 2.1.0 is CommonJS (`module.exports = serialize`) but its types declare an ES
 // default export, which NodeNext reads as `{ default }`; at run time the default import is the function.
 const canonicalize = canonicalizeModule as unknown as (value: unknown) => string | undefined;
 
-export const GENESIS_HASH = '0'.repeat(64);
 /** Evidence is about messages and decisions, not bulk data: larger payloads are refused. */
 export const MAX_PAYLOAD_BYTES = 4 * 1024 * 1024;
-/** Rows per read while verifying: memory stays flat however long the chain is. */
-export const VERIFY_PAGE_SIZE = 5_000;
 /** Entries written in one transaction at most (the rest go in the next one). */
 const MAX_BATCH = 500;
 const KIND_PATTERN = /^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$/;
@@ -52,16 +57,6 @@ export interface EvidenceEntry extends AppendedEvidence {
   process_id: string | null;
   prev_hash: string;
   payload: unknown;
-}
-
-/** Spec "Chain verification". Anchoring is not built yet, so last_anchor is always null. */
-export interface ChainVerification {
-  ok: boolean;
-  entries: number;
-  head: string | null;
-  head_seq: number | null;
-  first_broken_seq: number | null;
-  last_anchor: null;
 }
 
 /** A caller's mistake in what it asked to record (retrying cannot help). */
@@ -298,7 +293,8 @@ const appended = (r: { id: string; seq: number; hash: string; at: string | null 
 // Statements. They run on a pooled connection of the knex instance as named (prepared)
 // statements, rows as arrays: planning and per-row object building were most of their cost.
 
-type Client = pg.ClientBase;
+/** knex's pg dialect pools plain pg.Client connections. */
+type Client = pg.Client;
 
 /**
  * The chain's lock: a transaction-level advisory lock (key: 'evidence' in ASCII). Every write
@@ -329,16 +325,6 @@ const INSERT_AFTER = `
 const AT_TEXT = `CASE WHEN date_trunc('milliseconds', at) = at
   THEN to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END`;
 const ROW_COLUMNS = `seq, id, kind, process_id, ${AT_TEXT} AS at, prev_hash, hash`;
-
-/** Canonical bytes as text: half the bytes of bytea's hex on the wire, and no decoding in Node. */
-const PAGE_AS_TEXT = `
-  SELECT ${ROW_COLUMNS}, convert_from(canonical, 'UTF8') FROM evidence
-  WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3`;
-const PAGE_AS_BYTES = `
-  SELECT ${ROW_COLUMNS}, canonical FROM evidence WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3`;
-
-/** PostgreSQL could not read bytes as UTF-8 (invalid sequence, or not in the database's encoding). */
-const isNotUtf8 = (err: unknown) => ['22021', '22P05'].includes((err as { code?: string }).code ?? '');
 
 type RowArray = [number, string, string, string | null, string | null, string, string, string | Buffer];
 
@@ -571,63 +557,9 @@ function writerFor(db: Db): ChainWriter {
 // ---------------------------------------------------------------------------------------------
 // Verification
 
-/** The seq where the chain breaks at this row, or undefined when the row links and is intact. */
-function breakAt(row: EntryRow, before: ChainPosition): number | undefined {
-  if (row.seq !== before.seq + 1) return before.seq + 1; // an entry is missing
-  if (row.prev_hash !== before.hash) return row.seq; // reordered, inserted, or the one before replaced
-  if (row.canonical === null || sha256Hex(row.canonical) !== row.hash) return row.seq; // bytes or hash altered
-  if (framedPayload(row) === undefined) return row.seq; // columns disagree with the hashed bytes
-  return undefined;
-}
-
-async function readPage(client: pg.ClientBase, after: number, upTo: number): Promise<EntryRow[]> {
-  const page = (name: string, text: string) =>
-    client.query<RowArray>({ name, text, values: [after, upTo, VERIFY_PAGE_SIZE], rowMode: 'array' });
-  try {
-    return (await page('evidence_page_text_v1', PAGE_AS_TEXT)).rows.map(toEntryRow);
-  } catch (err) {
-    // Some stored bytes are not UTF-8 (so not what we wrote): read this page as bytes to find them.
-    if (!isNotUtf8(err)) throw err;
-    return (await page('evidence_page_bytes_v1', PAGE_AS_BYTES)).rows.map(toEntryRow);
-  }
-}
-
-/** Keyset pages in seq order; the next page is read while the caller checks the current one. */
-async function* pagesUpTo(client: pg.ClientBase, upTo: number): AsyncGenerator<EntryRow[]> {
-  let next = readPage(client, 0, upTo);
-  for (;;) {
-    const rows = await next;
-    const last = rows.at(-1);
-    if (!last) return;
-    next = rows.length < VERIFY_PAGE_SIZE ? Promise.resolve([]) : readPage(client, last.seq, upTo);
-    next.catch(() => undefined); // surfaced by the await above; never an unhandled rejection
-    yield rows;
-  }
-}
-
 async function verifyChain(db: Db): Promise<ChainVerification> {
   // Entries appended while we verify are left for the next run: the answer describes one prefix.
-  let position = GENESIS;
-  let entries = 0;
-  let firstBroken: number | null = null;
-  await withConnection(db, async (client) => {
-    const upTo = (await readTail(client)).seq;
-    for await (const rows of pagesUpTo(client, upTo)) {
-      for (const row of rows) {
-        firstBroken ??= breakAt(row, position) ?? null;
-        position = row;
-        entries++;
-      }
-    }
-  });
-  return {
-    ok: firstBroken === null,
-    entries,
-    head: entries ? position.hash : null,
-    head_seq: entries ? position.seq : null,
-    first_broken_seq: firstBroken,
-    last_anchor: null,
-  };
+  return withConnection(db, async (client) => verifyEntries(client, (await readTail(client)).seq));
 }
 
 export function evidenceStore(db: Db) {

@@ -6,11 +6,13 @@ import { expect } from 'chai';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure, type Logger } from '@temporalio/common';
 import canonicalizeModule from 'canonicalize';
+import pg from 'pg';
 import { createDb, migrateLatest, type Db } from '../db/knex.js';
 import {
   EvidenceConflictError,
   EvidenceInputError,
   GENESIS_HASH,
+  VERIFY_PAGE_SIZE,
   envelopeHead,
   envelopeTail,
   evidenceStore,
@@ -18,6 +20,7 @@ import {
   type AppendedEvidence,
   type ChainVerification,
   type NewEvidence,
+  VerificationFailed,
 } from '../db/evidence.js';
 import { createEvidenceActivities } from '../activities/evidence.js';
 import { createTestDatabase, startTestConnector, type TestConnector } from './support/stack.js';
@@ -57,8 +60,8 @@ async function freshDatabase(): Promise<{ db: Db; url: string }> {
   return { db, url };
 }
 
-function openAgain(url: string): Db {
-  const db = createDb(url, { poolMax: 2 });
+function openAgain(url: string, poolMax = 2): Db {
+  const db = createDb(url, { poolMax });
   opened.push(db);
   return db;
 }
@@ -86,6 +89,102 @@ async function tamper(db: Db, ...statements: string[]) {
   await db.raw('ALTER TABLE evidence DISABLE TRIGGER ALL');
   for (const sql of statements) await db.raw(sql);
 }
+
+/**
+ * Writes a valid chain of `n` entries straight into the table, byte for byte as `append` would
+ * (same envelope, same hashes), in batches: chains longer than a COPY page without 20,000 round
+ * trips through the lock. Returns the head.
+ */
+async function writeChain(db: Db, n: number): Promise<string> {
+  let prev = GENESIS_HASH;
+  const at = new Date().toISOString();
+  for (let seq = 1; seq <= n;) {
+    const batch = [];
+    for (const end = Math.min(n, seq + 999); seq <= end; seq++) {
+      const e = { at, id: `ev_bulk_${seq}`, kind: 'dsp.inbound', process_id: 'neg-1', prev_hash: prev, seq };
+      const canonical = Buffer.from(envelopeHead(e) + canonicalize(entry(seq).payload) + envelopeTail(e));
+      prev = sha256Hex(canonical);
+      batch.push({ ...e, hash: prev, canonical });
+    }
+    await db('evidence').insert(batch);
+  }
+  return prev;
+}
+
+/**
+ * Puts a view named evidence in front of the table whose column canonical, at row `seq`, first
+ * runs `step` (PL/pgSQL) on the server: the COPY of a verification meets it mid-stream, after the
+ * rows before it were sent. Declared STABLE (which it is not) so that the view is flattened and
+ * only a query that reads canonical, the COPY, runs it, not the tail read before it. `holder` is
+ * the test's own connection; `restore` puts the table back.
+ */
+async function gateAt(url: string, seq: number, step: string) {
+  const holder = new pg.Client({ connectionString: url });
+  holder.on('error', () => undefined); // a server shut down under a failed test must not crash the run
+  await holder.connect();
+  await holder.query(`
+    ALTER TABLE evidence RENAME TO evidence_stored;
+    CREATE FUNCTION evidence_gate(seq bigint, canonical bytea) RETURNS bytea LANGUAGE plpgsql STABLE AS $$
+    BEGIN
+      IF seq = ${seq} THEN ${step}; END IF;
+      RETURN canonical;
+    END $$;
+    CREATE VIEW evidence AS SELECT seq, id, kind, process_id, at, prev_hash, hash,
+      evidence_gate(seq, canonical) AS canonical FROM evidence_stored`);
+  return {
+    holder,
+    async restore() {
+      await holder.query(`
+        DROP VIEW evidence; DROP FUNCTION evidence_gate;
+        ALTER TABLE evidence_stored RENAME TO evidence`);
+      await holder.end();
+    },
+  };
+}
+
+/**
+ * The COPY of a verification stalls at entry `seq`: there it waits for an advisory lock that the
+ * gate's holder keeps, until the test cancels or terminates the waiting backend.
+ */
+async function stallAt(url: string, seq: number) {
+  const gate = await gateAt(url, seq, `PERFORM pg_advisory_xact_lock_shared(${STALL_LOCK})`);
+  const { holder } = gate;
+  await holder.query(`SELECT pg_advisory_lock(${STALL_LOCK})`);
+  return {
+    /** The backend waiting at the stall (polled: the verifier gets there in its own time). */
+    async stalled(): Promise<number> {
+      for (let attempt = 0; attempt < 3_000; attempt++) {
+        const { rows } = await holder.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory' AND datname = current_database()`,
+        );
+        if (rows[0]) return rows[0].pid;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      throw new Error('no backend stalled at the gate');
+    },
+    async signal(fn: 'pg_cancel_backend' | 'pg_terminate_backend', pid: number) {
+      const { rows } = await holder.query<{ sent: boolean }>(`SELECT ${fn}($1) AS sent`, [pid]);
+      expect(rows[0]!.sent, fn).to.equal(true);
+    },
+    async restore() {
+      await holder.query(`SELECT pg_advisory_unlock(${STALL_LOCK})`);
+      await gate.restore();
+    },
+  };
+}
+const STALL_LOCK = 7_007;
+
+/** The socket's 'data' listeners of the (only) connection of a pool of one, and that connection. */
+async function socketReaders(db: Db) {
+  const client = (await db.client.acquireConnection()) as pg.Client;
+  await db.client.releaseConnection(client);
+  const stream = client.connection.stream;
+  return { listeners: () => stream.listeners('data'), pgReader: stream.listeners('data') };
+}
+
+/** The backend pid of the (only) connection of a pool of one. */
+const backendPid = async (db: Db) =>
+  (await db.raw<{ rows: Array<{ pid: number }> }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
 
 const refused = async (promise: Promise<unknown>): Promise<Error> => {
   try {
@@ -340,10 +439,140 @@ describe('evidence chain: verification', () => {
     });
   });
 
-  it('verifies across pages (more than one keyset page of 5,000)', async () => {
-    const { store } = await chainOf(0);
-    await Promise.all(Array.from({ length: 5_050 }, (_, i) => store.append(entry(i))));
-    expect(await store.verify()).to.include({ ok: true, entries: 5_050, head_seq: 5_050 });
+  it(`verifies across pages (more than one COPY page of ${VERIFY_PAGE_SIZE.toLocaleString('en-US')})`, async () => {
+    const { db, store } = await chainOf(0);
+    const n = VERIFY_PAGE_SIZE + 50;
+    await Promise.all(Array.from({ length: n }, (_, i) => store.append(entry(i))));
+    expect(await store.verify()).to.include({ ok: true, entries: n, head_seq: n });
+    // the first entry of the second page removed: the page boundary must not hide the gap
+    await tamper(db, `DELETE FROM evidence WHERE seq = ${VERIFY_PAGE_SIZE + 1}`);
+    expect(await store.verify()).to.include({
+      ok: false,
+      first_broken_seq: VERIFY_PAGE_SIZE + 1,
+      entries: n - 1,
+    });
+  });
+
+  describe('when the server ends the statement in the middle of the COPY', () => {
+    // The second page of a chain longer than one stalls part-way; another connection then ends it.
+    const n = VERIFY_PAGE_SIZE + 2_000;
+    const stall = VERIFY_PAGE_SIZE + 1_000;
+
+    const cases = [
+      {
+        how: 'pg_cancel_backend',
+        says: 'canceling statement due to user request',
+        code: '57014',
+        then: 'the same connection, in step, serves the next query',
+        reused: true,
+      },
+      {
+        how: 'pg_terminate_backend',
+        says: 'terminating connection due to administrator command',
+        code: '57P01',
+        then: 'the pool replaces the dead connection',
+        reused: false,
+      },
+    ] as const;
+
+    for (const c of cases) {
+      it(`fails clearly after ${c.how}, and ${c.then}`, async () => {
+        const { db, url } = await freshDatabase();
+        const head = await writeChain(db, n);
+        const single = openAgain(url, 1); // one connection: the next query runs where the failure was
+        const pid = await backendPid(single);
+        const socket = await socketReaders(single);
+        // pg's protocol parser is the socket's one reader: what the verifier takes over (decision 0006)
+        expect(socket.pgReader).to.have.length(1);
+        const gate = await stallAt(url, stall);
+        try {
+          const verifying = refused(evidenceStore(single).verify());
+          expect(await gate.stalled()).to.equal(pid);
+          // mid-stream the verifier reads the socket itself…
+          expect(socket.listeners()).to.have.length(1).and.not.include(socket.pgReader[0]);
+          await gate.signal(c.how, pid);
+          const err = await verifying;
+          expect(err).to.be.instanceOf(VerificationFailed);
+          expect(err.message).to.match(
+            new RegExp(`^evidence verification failed after seq \\d+: ${c.says}$`),
+          );
+          expect(err.cause).to.include({ code: c.code });
+          // the first page was read whole, the second one up to the stall at most
+          expect((err as VerificationFailed).afterSeq).to.be.within(VERIFY_PAGE_SIZE, stall - 1);
+          // …and has handed it back to pg, whose parser read the error
+          expect(socket.listeners()).to.deep.equal(socket.pgReader);
+        } finally {
+          await gate.restore();
+        }
+        expect((await backendPid(single)) === pid).to.equal(c.reused);
+        expect(await evidenceStore(single).verify()).to.deep.include({
+          ok: true,
+          entries: n,
+          head,
+          head_seq: n,
+        });
+      });
+    }
+  });
+
+  it('verifies on when a notice comes in the middle of the COPY (pg parses the rest), and finds a break after it', async () => {
+    const { db, url } = await freshDatabase();
+    const n = VERIFY_PAGE_SIZE + 2_000;
+    const head = await writeChain(db, n);
+    // the verifier hands the socket back at the first message that is not CopyData
+    const gate = await gateAt(url, VERIFY_PAGE_SIZE + 1_000, `RAISE NOTICE 'in the middle'`);
+    try {
+      expect(await evidenceStore(db).verify()).to.deep.include({ ok: true, entries: n, head, head_seq: n });
+      await gate.holder.query(
+        `ALTER TABLE evidence_stored DISABLE TRIGGER ALL; UPDATE evidence_stored SET kind = 'operator.decision' WHERE seq = ${n - 1}`,
+      );
+      expect(await evidenceStore(db).verify()).to.deep.include({
+        ok: false,
+        first_broken_seq: n - 1,
+        entries: n,
+      });
+    } finally {
+      await gate.restore();
+    }
+  });
+
+  it('verifies entries far larger than a socket read, and finds a byte changed inside one', async () => {
+    const { db, store } = await chainOf(2);
+    // ~600 KB of canonical bytes each (a socket read is 64 KiB): ASCII, multi-byte UTF-8 and escapes
+    const big = (n: number) => ({
+      kind: 'dsp.inbound',
+      process_id: 'neg-1',
+      payload: { n, text: 'a'.repeat(300_000) + 'é☃😀"\\\n'.repeat(25_000) },
+    });
+    for (let i = 3; i <= 5; i++) await store.append(i === 4 ? entry(i) : big(i));
+    await store.append(big(6));
+    await store.append(entry(7));
+    const before = await store.verify();
+    expect(before).to.deep.include({ ok: true, entries: 7, head_seq: 7 });
+    expect((await rows(db))[5]!.canonical.length).to.be.greaterThan(500_000);
+    // one ASCII byte in the middle of entry 6: still UTF-8, no longer what was hashed
+    await tamper(
+      db,
+      `UPDATE evidence SET canonical = overlay(canonical PLACING 'b'::bytea FROM 200000 FOR 1) WHERE seq = 6`,
+    );
+    expect(await store.verify()).to.deep.include({
+      ok: false,
+      first_broken_seq: 6,
+      entries: 7,
+      head: before.head,
+    });
+    // and with its hash recomputed, the next entry no longer links
+    await db.raw(`UPDATE evidence SET hash = encode(sha256(canonical), 'hex') WHERE seq = 6`);
+    expect(await store.verify()).to.deep.include({ ok: false, first_broken_seq: 7, entries: 7 });
+  });
+
+  it('verifies entries whose columns JSON escapes (quotes, backslashes, control characters) or that are not ASCII', async () => {
+    const { db, store } = await chainOf(0);
+    const odd = ['neg-"quoted"', 'neg\\back\\slash', 'neg\ttab\nline', 'négociation-☃-😀', null];
+    for (const processId of odd) await store.append(entry(1, processId));
+    expect(await store.verify()).to.include({ ok: true, entries: odd.length });
+    await tamper(db, `UPDATE evidence SET process_id = 'neg-"quoted!"' WHERE seq = 1`);
+    expect(await store.verify()).to.include({ ok: false, first_broken_seq: 1 });
   });
 
   const cases: Array<{ what: string; statements: string[]; broken: number; entries?: number }> = [
@@ -570,6 +799,22 @@ describe('evidence chain: GET /api/v1/evidence/chain/verify', () => {
       head_seq: 3,
       first_broken_seq: 2,
     });
+  });
+
+  it('answers internal (500, code and message) when the database ends the verification, then verifies again', async () => {
+    const store = evidenceStore(connector.db);
+    for (let i = 1; i <= 3; i++) await store.append(entry(i));
+    const before = (await verify()).body as ChainVerification;
+    const gate = await stallAt(connector.databaseUrl, before.head_seq! - 1);
+    try {
+      const answer = verify();
+      await gate.signal('pg_cancel_backend', await gate.stalled());
+      const res = await answer;
+      expectError(res, 500, 'internal', /^internal error \(request /);
+    } finally {
+      await gate.restore();
+    }
+    expect((await verify()).body).to.deep.equal(before);
   });
 
   it('is in the OpenAPI document with its response schema and role', async () => {
