@@ -3,7 +3,10 @@
  * thread): self time by function and by file or package, so the hot path of the gateway and
  * the data plane can be read without DevTools.
  *
- *   npx tsx bench/gateway-profile.ts <file.cpuprofile> [--top=25]
+ *   npx tsx bench/gateway-profile.ts <file.cpuprofile> [--top=25] [--last=<seconds>]
+ *
+ * `--last` keeps only the samples of the profile's last seconds: the gateway run of the last
+ * case, without the start-up (module loading, migrations) that otherwise dominates the figures.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -36,10 +39,15 @@ function where(url: string): string {
   return path.relative(process.cwd(), p) || p;
 }
 
-export function summarise(profile: Profile, top = 25): string[] {
+export function summarise(profile: Profile, top = 25, lastSeconds = Infinity): string[] {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const selfUs = new Map<number, number>();
-  profile.samples.forEach((id, i) => selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const from = profile.endTime - lastSeconds * 1e6;
+  let at = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    at += profile.timeDeltas[i] ?? 0;
+    if (at >= from) selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  });
   const fn = new Map<string, number>();
   const file = new Map<string, number>();
   let total = 0;
@@ -69,7 +77,7 @@ export function summarise(profile: Profile, top = 25): string[] {
     for (const k of seen) inclusive.set(k, (inclusive.get(k) ?? 0) + us);
   }
   const lines = [
-    `busy ${(total / 1000).toFixed(0)} ms, idle ${(idle / 1000).toFixed(0)} ms over ${((profile.endTime - profile.startTime) / 1e6).toFixed(1)} s`,
+    `busy ${(total / 1000).toFixed(0)} ms, idle ${(idle / 1000).toFixed(0)} ms over ${(Math.min(profile.endTime - profile.startTime, lastSeconds * 1e6) / 1e6).toFixed(1)} s`,
   ];
   const list = (title: string, m: Map<string, number>) => {
     lines.push('', title);
@@ -88,10 +96,13 @@ export function summarise(profile: Profile, top = 25): string[] {
 if (import.meta.url === pathToFileURL(path.resolve(process.argv[1] ?? '')).href) {
   const file = process.argv.slice(2).find((a) => !a.startsWith('--'));
   const top = Number(process.argv.find((a) => a.startsWith('--top='))?.split('=')[1] ?? 25);
+  const last = Number(process.argv.find((a) => a.startsWith('--last='))?.split('=')[1] ?? Infinity);
   if (!file) {
-    process.stderr.write('usage: npx tsx bench/gateway-profile.ts <file.cpuprofile> [--top=25]\n');
+    process.stderr.write(
+      'usage: npx tsx bench/gateway-profile.ts <file.cpuprofile> [--top=25] [--last=<seconds>]\n',
+    );
     process.exit(2);
   }
-  for (const line of summarise(JSON.parse(fs.readFileSync(file, 'utf8')) as Profile, top))
+  for (const line of summarise(JSON.parse(fs.readFileSync(file, 'utf8')) as Profile, top, last))
     process.stdout.write(`${line}\n`);
 }

@@ -15,7 +15,7 @@
  */
 import { peerAddressProblem, peerDispatcher } from '../auth/peer-addresses.js';
 import { createHash, randomBytes } from 'node:crypto';
-import { Transform, pipeline, type Readable } from 'node:stream';
+import { Transform, type Readable } from 'node:stream';
 import Router from '@koa/router';
 import type { Context, Next } from 'koa';
 import { request, errors as undiciErrors } from 'undici';
@@ -38,7 +38,7 @@ import {
   verifyAnswer,
   type AnsweredRequest,
 } from './signatures.js';
-import { describeNetworkError, readCapped, MAX_ANSWER_BYTES } from './dataplane/upstream.js';
+import { CallAbort, describeNetworkError, readCapped, MAX_ANSWER_BYTES } from './dataplane/upstream.js';
 import {
   ERROR_ORIGINS,
   ERROR_ORIGIN_HEADER,
@@ -105,13 +105,12 @@ const MAX_REMEMBERED_AGREEMENTS = 10_000;
 
 /**
  * One call to the data plane: aborted when the total budget runs out or our caller goes away,
- * with one timer and one controller per request (cheaper than AbortSignal.any/timeout, whose
+ * with one timer and one signal per request (cheaper than AbortSignal.any/timeout, whose
  * timers outlive the request).
  */
 class Call {
-  private readonly controller = new AbortController();
   private readonly timer: NodeJS.Timeout;
-  readonly signal = this.controller.signal;
+  readonly signal = new CallAbort();
 
   constructor(ctx: Context) {
     this.timer = setTimeout(
@@ -125,7 +124,7 @@ class Call {
 
   abort(reason?: unknown): void {
     this.done();
-    if (!this.signal.aborted) this.controller.abort(reason);
+    this.signal.abort(reason);
   }
 
   done(): void {
@@ -148,10 +147,15 @@ function counted(body: Readable, declared: number, call: Call): Readable {
       else next(null, chunk);
     },
   });
-  return pipeline(body, out, (err) => {
-    if (err) call.abort();
-    else call.done();
+  // Wired by hand rather than with stream.pipeline, which costs an AbortController (and the
+  // DOMException of its abort) per answer: either side ending early tears down the other.
+  body.on('error', (err) => out.destroy(err));
+  out.once('close', () => {
+    if (out.readableEnded) return call.done();
+    call.abort();
+    body.destroy();
   });
+  return body.pipe(out);
 }
 
 export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): Router {
@@ -223,14 +227,38 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
         : `its transfer is ${route.transferState ?? 'unknown'}`;
       throw upstreamUnavailable(`connection '${alias}' is not active (${why})`, true);
     }
-    const token = endpointProperty(address, 'authorization');
-    const expiresAt = Date.parse(endpointProperty(address, 'expiresAt') ?? '');
-    if (!token || !(expiresAt > Date.now()))
+    let read = addresses.get(address);
+    if (!read) {
+      read = {
+        endpoint: address.endpoint.replace(/\/+$/, ''),
+        token: endpointProperty(address, 'authorization'),
+        expiresAt: Date.parse(endpointProperty(address, 'expiresAt') ?? ''),
+      };
+      addresses.set(address, read);
+    }
+    if (!read.token || !(read.expiresAt > Date.now()))
       throw upstreamUnavailable(
         `the access token of connection '${alias}' expired and renewing it failed`,
         true,
       );
-    return { endpoint: address.endpoint.replace(/\/+$/, ''), token };
+    return { endpoint: read.endpoint, token: read.token };
+  }
+  /** A cached route's data address, read once (routes live in the access cache a second at most). */
+  const addresses = new WeakMap<
+    GatewayRoute['dataAddress'] & object,
+    { endpoint: string; token: string | undefined; expiresAt: number }
+  >();
+
+  /** peerAddressProblem is a pure function of the address: judged once per data plane endpoint. */
+  const endpointProblems = new Map<string, string | null>();
+  function endpointProblem(endpoint: string): string | null {
+    let problem = endpointProblems.get(endpoint);
+    if (problem === undefined) {
+      problem = peerAddressProblem(endpoint, allowLoopback);
+      if (endpointProblems.size >= 1_000) endpointProblems.clear();
+      endpointProblems.set(endpoint, problem);
+    }
+    return problem;
   }
 
   /**
@@ -246,7 +274,7 @@ export function gatewayRouter(services: Services, runtime?: DataPlaneRuntime): R
     body: Buffer | undefined,
     options: { signed: boolean; stream: boolean },
   ): Promise<Forwarded> {
-    const problem = peerAddressProblem(target.endpoint, allowLoopback);
+    const problem = endpointProblem(target.endpoint);
     if (problem)
       throw upstreamUnavailable(`the provider's data plane address cannot be used: ${problem}`, false);
     const url = `${target.endpoint}/${path}${ctx.querystring ? `?${ctx.querystring}` : ''}`;

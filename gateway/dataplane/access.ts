@@ -13,7 +13,7 @@
  *   transfer (the retire-on-acknowledgement rule of Tractus-X, research/gateway.md §6.2).
  */
 import { peerAddressProblem, peerDispatcher } from '../../auth/peer-addresses.js';
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { hash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { request } from 'undici';
 import { dataplaneTokenStore, type TokenRow } from '../../db/dataplane.js';
@@ -49,7 +49,7 @@ export const TOKEN_PATTERN = /^dpt_[A-Za-z0-9_-]{43}$/;
 /** Path of the renewal endpoint below the data plane base (`{publicUrl}/dataplane/v1`). */
 export const REFRESH_PATH = '/token';
 
-export const hashToken = (token: string): string => createHash('sha256').update(token, 'utf8').digest('hex');
+export const hashToken = (token: string): string => hash('sha256', token, 'hex');
 
 /** How evidence names a pull token: its SHA-256, as the data plane stores it. */
 export const tokenDigest = (token: string) => `sha256:${hashToken(token)}`;

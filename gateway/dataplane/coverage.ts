@@ -163,8 +163,13 @@ export function coverageAt(
   now = Date.now(),
 ): Coverage | CoverageRefusal {
   if ('refused' in facts) return facts;
-  return { ...facts, ...(facts.timeless ?? agreementActions(facts.policy, now)) };
+  if (!facts.timeless) return { ...facts, ...agreementActions(facts.policy, now) };
+  // The same for every request while the facts are cached: built once.
+  let coverage = timelessCoverage.get(facts);
+  if (!coverage) timelessCoverage.set(facts, (coverage = { ...facts, ...facts.timeless }));
+  return coverage;
 }
+const timelessCoverage = new WeakMap<CoverageFacts, Coverage>();
 
 /** Everything of the coverage that does not depend on the time of the request. */
 export async function loadCoverageFacts(

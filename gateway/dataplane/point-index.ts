@@ -4,7 +4,7 @@
  * and asking the backend for the whole list on every values call would double its load.
  * Concurrent misses share one backend call.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { BuildingBinding } from './coverage.js';
 import type { Point } from '../schemas.js';
 
@@ -18,10 +18,11 @@ interface Entry {
 
 const cache = new Map<string, Entry>();
 
-function keyOf(target: BuildingBinding): string {
+/** One building as one backend key sees it (different keys may see different buildings). */
+export function bindingKey(target: BuildingBinding): string {
   const secret = target.link.auth_header_value ?? target.binding.auth_header_value ?? '';
-  // Different keys may see different buildings; the key itself is not kept in memory here.
-  const keyHash = createHash('sha256').update(secret).digest('base64url').slice(0, 16);
+  // The key itself is not kept in memory here.
+  const keyHash = hash('sha256', secret, 'base64url').slice(0, 16);
   return `${target.binding.base_url}\n${target.link.local_id}\n${keyHash}`;
 }
 
@@ -30,7 +31,7 @@ export function cachedPointIndex(
   load: () => Promise<Point[]>,
   now = Date.now(),
 ): Promise<ReadonlyMap<string, Point>> {
-  const key = keyOf(target);
+  const key = bindingKey(target);
   const hit = cache.get(key);
   if (hit && now - hit.at < TTL_MS) return hit.points;
   const points = load().then((list) => new Map(list.map((p) => [p.point_id, p])));

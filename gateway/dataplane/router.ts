@@ -15,6 +15,7 @@
  * request is logged as the request-log setting says (gateway/dataplane/request-log.ts).
  */
 import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
 import Router from '@koa/router';
 import type { Context, Next } from 'koa';
 import type { Services } from '../../api/services.js';
@@ -44,7 +45,8 @@ import {
   selectPoints,
   type Include,
 } from './filters.js';
-import { cachedPointIndex } from './point-index.js';
+import { bindingKey, cachedPointIndex } from './point-index.js';
+import { pointsAnswerParts, readCheckedPoints, type CheckedPoints } from './checked-points.js';
 import {
   ShapeError,
   fitsValueType,
@@ -56,7 +58,7 @@ import {
   type Reading,
   type Unavailable,
 } from '../schemas.js';
-import { backendRefusal, callBackend, type BackendAnswer } from './upstream.js';
+import { backendRefusal, callBackend } from './upstream.js';
 
 export const DATAPLANE_BASE_PATH = '/dataplane/v1';
 
@@ -106,15 +108,6 @@ const tokenRequired = () =>
 const tokenInvalid = () =>
   new GatewayError('unauthenticated', 'the access token is not valid (unknown, expired or revoked)');
 
-/** Fires when our caller goes away before the answer is written, so the backend call stops too. */
-function callerGone(ctx: Context): AbortSignal {
-  const controller = new AbortController();
-  ctx.res.once('close', () => {
-    if (!ctx.res.writableFinished) controller.abort();
-  });
-  return controller.signal;
-}
-
 /** Why a backend answer cannot be passed on: it breaks the spec's schema. */
 function brokenAnswer(err: ShapeError): GatewayError {
   return upstreamUnavailable(
@@ -127,9 +120,9 @@ function brokenAnswer(err: ShapeError): GatewayError {
   );
 }
 
-function parseJson(answer: BackendAnswer): unknown {
+function parseJson(body: Buffer): unknown {
   try {
-    return JSON.parse(answer.body.toString('utf8'));
+    return JSON.parse(body.toString('utf8'));
   } catch {
     throw upstreamUnavailable("the holder's backend did not answer JSON", false, { status: 502 });
   }
@@ -340,7 +333,7 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
     ctx: Context,
     target: BuildingBinding,
     include: Set<Include>,
-  ): Promise<PointsAnswer> {
+  ): Promise<CheckedPoints> {
     const query = new URLSearchParams();
     if (include.size) query.set('include', [...include].join(','));
     const answer = await callBackend({
@@ -348,11 +341,18 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
       method: 'GET',
       path: buildingPath(target, 'points'),
       query,
-      signal: callerGone(ctx),
+      caller: ctx.res,
       requestId: ctx.state.requestId as string,
     });
     if (answer.status !== 200) throw backendRefusal(answer);
-    return checked(() => readPointsAnswer(parseJson(answer)));
+    return checked(() =>
+      readCheckedPoints(
+        answer.body,
+        () => `${bindingKey(target)}\n${query.toString()}`,
+        parseJson,
+        readPointsAnswer,
+      ),
+    );
   }
 
   router.post('/token', async function renewToken(ctx) {
@@ -377,7 +377,8 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
     async function points(ctx) {
       const { coverage, target, buildingId } = stateOf(ctx) as Required<DataplaneState>;
       const q = parsePointsQuery(ctx.query, brick());
-      const answer = await fetchPoints(ctx, target, backendIncludes(q));
+      const read = await fetchPoints(ctx, target, backendIncludes(q));
+      const answer = read.answer;
       const covered = coverage.points
         ? answer.points.filter((p) => coverage.points!.has(p.point_id))
         : answer.points;
@@ -386,13 +387,25 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
         ...(answer.equipment ? { equipment: answer.equipment } : {}),
         ...(answer.locations ? { locations: answer.locations } : {}),
       });
-      jsonBody(ctx, {
-        platform_version: answer.platform_version,
-        building_id: buildingId,
-        generated_at: answer.generated_at,
-        points: selected,
-        ...coveredIncludes(answer, q.include, coverage.points ? covered : null),
-      });
+      // As bytes at once: the parsed backend answer (megabytes of objects for a big building)
+      // is garbage from here on rather than once Koa has written it.
+      const parts = pointsAnswerParts(
+        {
+          platform_version: answer.platform_version,
+          building_id: buildingId,
+          generated_at: answer.generated_at,
+        },
+        selected,
+        coveredIncludes(answer, q.include, coverage.points ? covered : null),
+        read,
+      );
+      ctx.type = 'application/json';
+      if (parts.length === 1 || stateOf(ctx).signing) ctx.body = Buffer.concat(parts);
+      else {
+        // The remembered points go out as they are; a signature needs the bytes in one piece.
+        ctx.body = Readable.from(parts, { objectMode: false });
+        ctx.length = parts.reduce((n, part) => n + part.length, 0);
+      }
     },
   );
 
@@ -405,7 +418,7 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
       const q = parseValuesQuery(ctx.query);
       const index = await cachedPointIndex(
         target,
-        async () => (await fetchPoints(ctx, target, new Set())).points,
+        async () => (await fetchPoints(ctx, target, new Set())).answer.points,
       );
       const covers = (id: string) => coverage.points === null || coverage.points.has(id);
 
@@ -424,11 +437,11 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
           method: 'GET',
           path: buildingPath(target, 'points/values'),
           query,
-          signal: callerGone(ctx),
+          caller: ctx.res,
           requestId: ctx.state.requestId as string,
         });
         if (answer.status !== 200) throw backendRefusal(answer);
-        const read = checked(() => readValuesAnswer(parseJson(answer)));
+        const read = checked(() => readValuesAnswer(parseJson(answer.body)));
         platformVersion = read.platform_version;
         const now = Date.now();
         for (const r of read.readings) {
@@ -517,13 +530,13 @@ export function dataPlaneRouter(services: Services, runtime?: DataPlaneRuntime):
       path: buildingPath(target, afterBuilding),
       query: new URLSearchParams(ctx.querystring),
       ...(sent ? { body: sent } : {}),
-      signal: callerGone(ctx),
+      caller: ctx.res,
       requestId: ctx.state.requestId as string,
     });
     if (answer.status < 200 || answer.status > 299) throw backendRefusal(answer);
     ctx.status = answer.status;
     if (answer.body.length === 0) return;
-    const envelope = checked(() => readEnvelope(parseJson(answer)));
+    const envelope = checked(() => readEnvelope(parseJson(answer.body)));
     ctx.body = { ...envelope, building_id: buildingId };
   }
 
@@ -539,15 +552,6 @@ function safeDecode(segment: string): string {
   } catch {
     return segment;
   }
-}
-
-/**
- * A large answer's body as bytes at once: the parsed backend answer it was built from (several
- * MB of objects for a big building) is garbage from here on rather than until Koa writes it.
- */
-function jsonBody(ctx: Context, body: unknown): void {
-  ctx.type = 'application/json';
-  ctx.body = Buffer.from(JSON.stringify(body));
 }
 
 /** The answer's body as the bytes that will be sent (what the signature covers). */
