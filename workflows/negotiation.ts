@@ -9,13 +9,19 @@ import {
   allHandlersFinished,
   condition,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   upsertSearchAttributes,
   uuid4,
   workflowInfo,
 } from '@temporalio/workflow';
-import { defineSearchAttributeKey } from '@temporalio/common';
-import type { NegotiationActivities } from '../activities/negotiation.js';
+import { defineSearchAttributeKey, type ActivityOptions, type Duration } from '@temporalio/common';
+import type {
+  NegotiationActivities,
+  NegotiationWrite,
+  OutboundMessage,
+  QueuedMessage,
+} from '../activities/negotiation.js';
 import {
   agreementProblems,
   counterpartyError,
@@ -58,17 +64,26 @@ import {
   type OperatorDecision,
 } from './negotiation-messages.js';
 
-const { recordNegotiation, enqueueProtocolMessage, recordAndEnqueue } =
-  proxyActivities<NegotiationActivities>({
-    startToCloseTimeout: '10 seconds',
-    retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
-  });
+const { enqueueProtocolMessage } = proxyActivities<NegotiationActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
+});
+/**
+ * The read model, evidence and outbox writes, in batches (see the queue in the workflow). A
+ * normal activity, not a local one: a local activity runs before its workflow task is recorded,
+ * so after a crash the read model (and the outbox) could show a change the workflow no longer
+ * has, and an operator would act on it (docs/decisions/0006).
+ */
+const { recordNegotiationWrites } = proxyActivities<NegotiationActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '100 ms', maximumInterval: '5 seconds' },
+});
 /**
  * An agreement that cannot be stored (its id taken by another negotiation, a database that stays
  * away) must not keep the negotiation retrying forever: about five minutes, then it ends with
  * the reason.
  */
-const { storeAgreement } = proxyActivities<NegotiationActivities>({
+const storeAgreementOptions: ActivityOptions = {
   startToCloseTimeout: '10 seconds',
   retry: {
     initialInterval: '200 ms',
@@ -76,7 +91,15 @@ const { storeAgreement } = proxyActivities<NegotiationActivities>({
     maximumAttempts: 15,
     nonRetryableErrorTypes: ['AgreementConflict'],
   },
-});
+};
+const { storeAgreement } = proxyActivities<NegotiationActivities>(storeAgreementOptions);
+/**
+ * The same from the main loop, as a local activity (inside the workflow task, no round trip).
+ * Storing is idempotent, and an agreement stored before the negotiation ends otherwise (a
+ * termination crossing the verification, or a task lost in a crash) is a case that exists anyway.
+ */
+const { storeAgreement: storeAgreementLocally } =
+  proxyLocalActivities<NegotiationActivities>(storeAgreementOptions);
 
 export const STATE_KEY = defineSearchAttributeKey('ConnectorState', 'KEYWORD');
 const PROCESS_KEY = defineSearchAttributeKey('ConnectorProcess', 'KEYWORD');
@@ -153,16 +176,89 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     };
   }
 
-  async function record(entry: Omit<HistoryEntry, 'at' | 'state'>, kind?: 'operator.decision') {
-    upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
-    await recordNegotiation(snapshot(), { at: now(), state, ...entry }, kind);
-    recorded++;
+  /**
+   * Writes to the read model go through one queue. The main loop writes what it queues at once,
+   * together with what Update handlers queued before it (an inbound message and our answer to
+   * it: one activity). A handler's write waits for the main loop while the loop is about to act
+   * on the change (`loopWaitsFor` holds); once the loop is parked on something that cannot move
+   * it in this activation (the counterparty, an operator, an activity), the writer below
+   * writes it alone. Versions are taken in queue order; writes may overlap (the read model keeps
+   * the newest version, history entries are keyed by version).
+   */
+  const queue: Array<{
+    write: NegotiationWrite;
+    done: (q: QueuedMessage | null) => void;
+    failed: (err: unknown) => void;
+  }> = [];
+  let writesInFlight = 0;
+  /** While the main loop is parked: what it waits for. Null while it runs (it writes for itself). */
+  let loopWaitsFor: (() => boolean) | null = null;
+
+  /** The state the search attribute shows: upserted only when it changes (each upsert costs the server a visibility write). */
+  let indexedState: NegotiationState | null = null;
+
+  function queueWrite(write: Omit<NegotiationWrite, 'snapshot'>): Promise<QueuedMessage | null> {
+    if (state !== indexedState) {
+      upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
+      indexedState = state;
+    }
+    const full = { ...write, snapshot: snapshot() };
+    return new Promise((done, failed) => queue.push({ write: full, done, failed }));
   }
+
+  async function writeQueued() {
+    writesInFlight++;
+    const batch = queue.splice(0);
+    try {
+      const queued = await recordNegotiationWrites(batch.map((b) => b.write));
+      recorded += batch.length;
+      batch.forEach((b, i) => b.done(queued[i] ?? null));
+    } catch (err) {
+      // Only a cancelled workflow gets here (the activity retries until it succeeds).
+      batch.forEach((b) => b.failed(err));
+    } finally {
+      writesInFlight--;
+    }
+  }
+
+  /** The main loop parks on `until` (or on an activity: `() => false`) while `work` runs. */
+  async function parked<T>(until: () => boolean, work: () => Promise<T>): Promise<T> {
+    loopWaitsFor = until;
+    try {
+      return await work();
+    } finally {
+      loopWaitsFor = null;
+    }
+  }
+  const parkedOn = (until: () => boolean, timeout?: Duration) =>
+    parked(until, () =>
+      timeout === undefined ? condition(until).then(() => true) : condition(until, timeout),
+    );
+
+  /** The main loop's write: queued, then written with whatever handlers queued before it. */
+  async function writeNow(write: Omit<NegotiationWrite, 'snapshot'>): Promise<QueuedMessage | null> {
+    const written = queueWrite(write);
+    await writeQueued();
+    return written;
+  }
+
+  const stateWrite = (entry: Omit<HistoryEntry, 'at' | 'state'>, kind?: 'operator.decision') => ({
+    entry: { at: now(), state, ...entry },
+    ...(kind ? { kind } : {}),
+  });
+  /** The main loop records a state change it made. */
+  const record = (entry: Omit<HistoryEntry, 'at' | 'state'>) => writeNow(stateWrite(entry));
   const note = (text: string) =>
     record({ message_type: null, direction: 'internal', evidence_id: null, note: text });
+  /**
+   * Records a change with the next write: an Update handler's (the main loop's answer to it goes
+   * in the same activity), or one nobody waits for.
+   */
+  const recordChange = (entry: Omit<HistoryEntry, 'at' | 'state'>, kind?: 'operator.decision') =>
+    queueWrite(stateWrite(entry, kind));
 
   /** Our message to the counterparty, as an outbox row (its evidence id chosen here, so retries append once). */
-  const outbound = (messageType: string, path: string, body: Record<string, unknown>) => ({
+  const outbound = (messageType: string, path: string, body: Record<string, unknown>): OutboundMessage => ({
     process_id: input.id,
     kind: 'negotiation',
     message_type: messageType,
@@ -174,18 +270,25 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
 
   /** Records our message as evidence and writes it to the outbox; delivery follows (bounded retries). */
   const enqueue = (messageType: string, path: string, body: Record<string, unknown>) =>
-    enqueueProtocolMessage(outbound(messageType, path, body));
-
-  /** Records the state (already moved) with our outbound message and queues the message, in one activity. */
-  async function recordSend(messageType: string, path: string, body: Record<string, unknown>) {
-    upsertSearchAttributes([{ key: STATE_KEY, value: state }]);
-    const queued = await recordAndEnqueue(
-      snapshot(),
-      { at: now(), state, message_type: messageType, direction: 'outbound', note: null },
-      outbound(messageType, path, body),
+    parked(
+      () => false,
+      () => enqueueProtocolMessage(outbound(messageType, path, body)),
     );
-    recorded++;
-    return queued;
+
+  /** Records the state (already moved) with our outbound message, which goes to the outbox. */
+  async function recordSend(messageType: string, path: string, body: Record<string, unknown>) {
+    const queued = await writeNow({
+      entry: {
+        at: now(),
+        state,
+        message_type: messageType,
+        direction: 'outbound',
+        evidence_id: null,
+        note: null,
+      },
+      message: outbound(messageType, path, body),
+    });
+    return queued!;
   }
 
   /** Ends the negotiation on our side for `reason`; the counterparty is told with `code`. */
@@ -204,7 +307,10 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
    */
   async function send(messageType: string, path: string, body: Record<string, unknown>) {
     const { outboxId } = await recordSend(messageType, path, body);
-    const result = await deliverFromOutbox(outboxId, input.retry);
+    const result = await parked(
+      () => false,
+      () => deliverFromOutbox(outboxId, input.retry),
+    );
     if (!result.delivered) {
       if (!isTerminal(state)) await terminate('delivery_failed', result.error);
       // FINALIZED is ours to send and stays; the operator sees that the consumer may not know.
@@ -263,6 +369,13 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     { key: COUNTERPARTY_KEY, value: input.counterpartyDid },
   ]);
   setHandler(ackQuery, ack);
+  // Writes what Update handlers queued, once the main loop is parked (see the queue above).
+  void (async () => {
+    for (;;) {
+      await condition(() => queue.length > 0 && loopWaitsFor !== null && !loopWaitsFor());
+      void writeQueued();
+    }
+  })();
   setHandler(startedUpdate, async () => {
     await condition(() => recorded >= 1);
     return ack();
@@ -327,9 +440,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         }
         // The agreement is stored before FINALIZED shows: whoever sees FINALIZED can read the
         // agreement and start a transfer under it at once.
-        const storeFailed = to === 'FINALIZED' && agreement ? await storeAgreementOnce() : null;
+        const storeFailed = to === 'FINALIZED' && agreement ? await storeAgreementOnce('handler') : null;
         state = to;
-        await record({
+        await recordChange({
           message_type: message.body['@type'] as string,
           direction: 'inbound',
           evidence_id: message.evidenceId,
@@ -338,7 +451,12 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         if (state === 'FINALIZED' && agreement) {
           if (storeFailed) {
             error = storeFailed;
-            await note(storeFailed);
+            await recordChange({
+              message_type: null,
+              direction: 'internal',
+              evidence_id: null,
+              note: storeFailed,
+            });
           }
           // A connection's transfer starts by itself (consumer, connection_alias set).
           else await startConnectionTransfer(input, String(agreement['@id']));
@@ -404,7 +522,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
             context: input.ourContext,
           }),
         };
-        await record(
+        await recordChange(
           { message_type: null, direction: 'internal', evidence_id: null, note: `counter-offer by ${d.by}` },
           'operator.decision',
         );
@@ -425,7 +543,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
             context: input.ourContext,
           }),
         };
-        await record(
+        await recordChange(
           {
             message_type: null,
             direction: 'internal',
@@ -449,7 +567,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
             eventType: 'ACCEPTED',
           }),
         };
-        await record(
+        await recordChange(
           { message_type: null, direction: 'internal', evidence_id: null, note: `accepted by ${d.by}` },
           'operator.decision',
         );
@@ -458,7 +576,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       if (d.action === 'approve') {
         approval = 'approved';
         approvedIn = state;
-        await record(
+        await recordChange(
           {
             message_type: null,
             direction: 'internal',
@@ -480,7 +598,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
       ourTermination = { code: rejecting ? 'rejected' : 'terminated', reason: [reason] };
       error = reason;
       state = 'TERMINATED';
-      await record(
+      await recordChange(
         {
           message_type: null,
           direction: 'internal',
@@ -531,11 +649,14 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   );
 
   let agreementStored = false;
-  /** Stores the agreement once; returns why it could not be stored, or null. */
-  async function storeAgreementOnce(): Promise<string | null> {
+  /**
+   * Stores the agreement once; returns why it could not be stored, or null. `from` says who
+   * asks: the main loop runs it as a local activity, an Update handler as a normal one.
+   */
+  async function storeAgreementOnce(from: 'loop' | 'handler'): Promise<string | null> {
     if (agreementStored || !agreement) return null;
     try {
-      await storeAgreement({
+      await (from === 'loop' ? storeAgreementLocally : storeAgreement)({
         id: String(agreement['@id']),
         negotiation_id: input.id,
         role,
@@ -561,7 +682,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
    * the negotiation ends and the counterparty is told. Our own decisions have their own deadline.
    */
   async function awaitCounterparty(from: NegotiationState) {
-    const moved = await condition(() => state !== from, input.responseTimeoutMs);
+    const moved = await parkedOn(() => state !== from, input.responseTimeoutMs);
     if (!moved)
       await terminate(
         'timeout',
@@ -583,7 +704,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         ? `awaiting approval to ${what.move}`
         : `awaiting ${role === 'provider' ? 'approval' : 'acceptance'}`,
     );
-    const decided = await condition(() => decision !== null || state !== from, input.approvalTimeoutMs);
+    const decided = await parkedOn(() => decision !== null || state !== from, input.approvalTimeoutMs);
     if (decided) return;
     approval = 'expired';
     if (typeof what === 'object')
@@ -612,7 +733,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     const answer = sent.delivered ? (sent.body as { providerPid?: unknown } | null) : null;
     if (typeof answer?.providerPid === 'string' && answer.providerPid !== '' && providerPid === null) {
       providerPid = answer.providerPid;
-      await record({
+      // Written with our next write (or alone once we wait): nothing waits for it, and the
+      // provider's agreement may already be here, to be answered in the same activity.
+      void recordChange({
         message_type: 'ContractNegotiation',
         direction: 'inbound',
         evidence_id: null,
@@ -622,7 +745,7 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
   } else {
     // The first message (a request to us as provider, an offer to us as consumer) arrived with
     // the start (update-with-start); without it there is nothing to negotiate.
-    if (!(await condition(() => state !== 'INITIAL', '1 minute'))) return ack();
+    if (!(await parkedOn(() => state !== 'INITIAL', '1 minute'))) return ack();
   }
 
   while (!isTerminal(state)) {
@@ -673,7 +796,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
         await awaitOperator(current, { move: 'finalize' });
         continue;
       }
-      const failed = await storeAgreementOnce();
+      // Not parked: the loop writes next (FINALIZED or the termination), together with the
+      // VERIFIED the handler queued, so the consumer's verification is answered after one write.
+      const failed = await storeAgreementOnce('loop');
       // A termination may have arrived meanwhile: it wins, nothing is finalized.
       if (currentState() !== current) continue;
       if (failed) {
@@ -748,7 +873,10 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
           reason: t.reason,
         }),
       );
-      const sent = await deliverFromOutbox(outboxId, input.retry);
+      const sent = await parked(
+        () => false,
+        () => deliverFromOutbox(outboxId, input.retry),
+      );
       await record({
         message_type: 'ContractNegotiationTerminationMessage',
         direction: 'outbound',
@@ -758,8 +886,9 @@ export async function negotiation(input: NegotiationInput): Promise<NegotiationA
     }
   }
 
-  // Let Update handlers that moved us here finish (their callers are waiting for the answer).
-  await condition(allHandlersFinished);
+  // Let Update handlers that moved us here finish (their callers are waiting for the answer),
+  // and write what is still queued.
+  await parkedOn(() => allHandlersFinished() && queue.length === 0 && writesInFlight === 0);
   return ack();
 }
 

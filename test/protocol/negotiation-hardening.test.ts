@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { client } from '../support/http.js';
 import { expectError } from '../support/expect-error.js';
+import { replayNegotiations } from '../support/histories.js';
 import {
   publishOffer,
   startDataspace,
@@ -923,5 +924,14 @@ describe('contract negotiation against a scripted counterparty (hardening)', fun
     expect((await consumer.api.get(`/api/v1/negotiations/${encodeURIComponent(n.id)}`)).body.state).to.equal(
       'REQUESTED',
     );
+  });
+
+  // Every negotiation of this suite (both sides, finished or still running), replayed against the
+  // current workflow code as a restarted worker would: repeats, races and decisions included.
+  it('replays the history of every negotiation this suite ran, on both sides', async function () {
+    this.timeout(120_000);
+    const { count, failures } = await replayNegotiations([provider.connector, consumer.connector]);
+    expect(count).to.be.greaterThan(10);
+    expect(failures).to.deep.equal([]);
   });
 });
