@@ -75,6 +75,26 @@ export default tseslint.config(
     },
   },
   {
+    // The gateway and the data plane serve without Temporal: main.ts lets their requests skip the
+    // per-request Temporal abort scope, which holds only while nothing here calls Temporal.
+    files: ['gateway/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['@temporalio/*'],
+              allowTypeImports: true,
+              message:
+                'gateway/ must not call Temporal (see main.ts: its requests run outside the abort scope).',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: ['test/**/*.ts', 'bench/**/*.ts'],
     rules: {
       '@typescript-eslint/no-unused-expressions': 'off',

@@ -178,7 +178,11 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     // aborts the requests still waiting (an Update whose worker is gone) before it closes the
     // connection, so no call is left retrying on a closed channel. One controller per request:
     // the client adds a listener per call and never removes it, so a shared signal would leak.
+    // Gateway and data plane requests never call Temporal (nothing in gateway/ imports it) and
+    // are the hot path: they skip the scope (an AbortController and an async context each).
     server = http.createServer((req, res) => {
+      if (req.url?.startsWith('/gateway/') || req.url?.startsWith('/dataplane/'))
+        return void handleRequest(req, res);
       const aborter = new AbortController();
       requestsInFlight.add(aborter);
       void connection
