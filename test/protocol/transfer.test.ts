@@ -450,7 +450,7 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
       let raw = '';
       req.on('data', (c: Buffer) => (raw += c.toString()));
       req.on('end', () => {
-        received.push({ path: req.url ?? '', body: raw ? (JSON.parse(raw)) : {} });
+        received.push({ path: req.url ?? '', body: raw ? JSON.parse(raw) : {} });
         const refuse = req.url?.endsWith('/start');
         res.writeHead(refuse ? 400 : 200, { 'content-type': 'application/json' });
         res.end(
