@@ -8,8 +8,11 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
+import readline from 'node:readline';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { PROJECT_ROOT, PRODUCTION_ENV, PRODUCTION_NODE_FLAGS } from '../config.js';
+import { spawnBound } from '../dev/processes.js';
+import { api, type Api } from './management-api.js';
 
 export type ConnectorMode = 'dist' | 'tsx';
 
@@ -79,4 +82,86 @@ export function describeConnectors(mode: ConnectorMode): string {
         .map(([k, v]) => `${k}=${v}`)
         .join(' ')}, as npm run serve does`
     : 'connectors run the TypeScript sources through tsx (adds ≈ 45 MB to their RSS)';
+}
+
+export interface ConnectorProcess {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  url: string;
+  did: string;
+  adminKey: string;
+  api: Api;
+  /** Asks the process for its process.memoryUsage() (SIGUSR2); null when it does not answer. */
+  memoryUsage(): Promise<NodeJS.MemoryUsage | null>;
+}
+
+/**
+ * Starts bench/connector-process.ts in `mode` on a fresh database (configuration in `env`, as in
+ * production) and waits for its ready line. Its log goes to our stderr prefixed with `name`
+ * (the first 30 lines; the last 20 are shown if it exits before it is ready).
+ */
+export async function startConnectorProcess(
+  name: string,
+  env: Record<string, string>,
+  mode: ConnectorMode,
+  nodeArgs: string[] = [],
+): Promise<ConnectorProcess> {
+  const child = spawnBound(process.execPath, [...nodeArgs, ...connectorArgs(mode)], {
+    deathSignal: 'TERM',
+    cwd: PROJECT_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...connectorEnv(mode), ...env },
+  });
+  const tail: string[] = [];
+  let shown = 0;
+  readline.createInterface({ input: child.stderr! }).on('line', (line) => {
+    tail.push(line);
+    if (tail.length > 20) tail.shift();
+    if (++shown <= 30)
+      process.stderr.write(`[${name}] ${line.length > 400 ? `${line.slice(0, 400)}…` : line}\n`);
+    else if (shown === 31) process.stderr.write(`[${name}] (more log lines are not shown)\n`);
+  });
+  let onMemory: ((m: NodeJS.MemoryUsage) => void) | null = null;
+  const ready = await new Promise<{ url: string; did: string; adminKey: string | null }>(
+    (resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${name} was not ready after 120 s`)), 120_000);
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+        try {
+          const parsed = JSON.parse(line) as { ready?: boolean; memory?: NodeJS.MemoryUsage };
+          if (parsed.memory) onMemory?.(parsed.memory);
+          else if (parsed.ready) {
+            clearTimeout(timer);
+            resolve(parsed as { url: string; did: string; adminKey: string | null });
+          }
+        } catch {
+          // not one of our lines
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`${name} exited (${code}) before it was ready:\n${tail.join('\n')}`));
+      });
+    },
+  );
+  if (!ready.adminKey) throw new Error(`${name}: a fresh database must yield an initial admin key`);
+  return {
+    name,
+    child,
+    pid: child.pid!,
+    url: ready.url,
+    did: ready.did,
+    adminKey: ready.adminKey,
+    api: api(ready.url, ready.adminKey),
+    memoryUsage: () =>
+      new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(null), 3000);
+        onMemory = (m) => {
+          clearTimeout(timer);
+          onMemory = null;
+          resolve(m);
+        };
+        child.kill('SIGUSR2');
+      }),
+  };
 }

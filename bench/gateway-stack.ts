@@ -1,18 +1,14 @@
 /**
- * Processes of bench/gateway.ts: connectors (bench/connector-process.ts), the backend
- * (bench/gateway-backend.ts) and the load generator (bench/gateway-load.ts) as children whose
- * memory and CPU are read from /proc, and a small management API client.
+ * Processes of bench/gateway.ts: the backend (bench/gateway-backend.ts) and the load generator
+ * (bench/gateway-load.ts) as children (connectors: bench/connectors.ts), and their memory and CPU
+ * read from /proc.
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import readline from 'node:readline';
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { PROJECT_ROOT } from '../config.js';
-import { spawnBound } from '../dev/processes.js';
 import type { LoadJob, LoadResult } from './gateway-load.js';
-import { api, type Answer, type Api } from './management-api.js';
-import { connectorArgs, connectorEnv, type ConnectorMode } from './connectors.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const note = (line: string) => process.stderr.write(`[bench] ${line}\n`);
@@ -104,78 +100,6 @@ export function treeCpuMs(roots: Record<string, number>): Record<string, number>
 /** Our direct child by command name (the Temporal CLI, the postmaster). */
 export function childByComm(comm: string): number | null {
   return allProcs().find((p) => p.ppid === process.pid && p.comm === comm)?.pid ?? null;
-}
-
-export async function expectStatus(what: string, answer: Promise<Answer>, ...statuses: number[]) {
-  const a = await answer;
-  if (!statuses.includes(a.status))
-    throw new Error(`${what}: expected ${statuses.join(' or ')}, got ${a.status}: ${JSON.stringify(a.body)}`);
-  return a;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Children
-
-export interface ConnectorProcess {
-  name: string;
-  child: ChildProcess;
-  pid: number;
-  url: string;
-  did: string;
-  api: Api;
-}
-
-/** A connector as its own process (bench/connector-process.ts, compiled or under tsx: bench/connectors.ts). */
-export async function startConnectorProcess(
-  name: string,
-  env: Record<string, string>,
-  mode: ConnectorMode,
-  nodeArgs: string[] = [],
-): Promise<ConnectorProcess> {
-  const child = spawnBound(process.execPath, [...nodeArgs, ...connectorArgs(mode)], {
-    deathSignal: 'TERM',
-    cwd: PROJECT_ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...connectorEnv(mode), ...env },
-  });
-  const tail: string[] = [];
-  let shown = 0;
-  readline.createInterface({ input: child.stderr! }).on('line', (line) => {
-    tail.push(line);
-    if (tail.length > 20) tail.shift();
-    if (++shown <= 30)
-      process.stderr.write(`[${name}] ${line.length > 400 ? `${line.slice(0, 400)}…` : line}\n`);
-    else if (shown === 31) process.stderr.write(`[${name}] (more log lines are not shown)\n`);
-  });
-  const ready = await new Promise<{ url: string; did: string; adminKey: string | null }>(
-    (resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${name} was not ready after 120 s`)), 120_000);
-      readline.createInterface({ input: child.stdout! }).on('line', (line) => {
-        try {
-          const parsed = JSON.parse(line) as { ready?: boolean };
-          if (parsed.ready) {
-            clearTimeout(timer);
-            resolve(parsed as { url: string; did: string; adminKey: string | null });
-          }
-        } catch {
-          // not our ready line
-        }
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`${name} exited (${code}) before it was ready:\n${tail.join('\n')}`));
-      });
-    },
-  );
-  if (!ready.adminKey) throw new Error(`${name}: a fresh database must yield an initial admin key`);
-  return {
-    name,
-    child,
-    pid: child.pid!,
-    url: ready.url,
-    did: ready.did,
-    api: api(ready.url, ready.adminKey),
-  };
 }
 
 /** Forks a TypeScript helper of this folder under tsx and waits for its first message. */

@@ -42,18 +42,23 @@ import { writeBenchBuildings, type BenchBuildings } from './gateway-buildings.js
 import type { LoadJob, LoadResult } from './gateway-load.js';
 import {
   childByComm,
-  expectStatus,
   note,
   procMemory,
   resetPeakRss,
   startBackendProcess,
-  startConnectorProcess,
   startLoadProcess,
   stopHelper,
   treeCpuMs,
-  type ConnectorProcess,
 } from './gateway-stack.js';
-import { connectorMode, describeConnectors, ensureBuilt, type ConnectorMode } from './connectors.js';
+import {
+  connectorMode,
+  describeConnectors,
+  ensureBuilt,
+  startConnectorProcess,
+  type ConnectorMode,
+  type ConnectorProcess,
+} from './connectors.js';
+import { expectStatus } from './management-api.js';
 
 const BACKEND_KEY = 'bench-backend-key';
 const LATENCIES = [10, 0] as const;

@@ -28,3 +28,11 @@ export function api(baseUrl: string, key: string): Api {
     return { status: res.status, body: parsed };
   };
 }
+
+/** The answer, when its status is one of `statuses`; else an error naming `what` and the answer. */
+export async function expectStatus(what: string, answer: Promise<Answer>, ...statuses: number[]) {
+  const a = await answer;
+  if (!statuses.includes(a.status))
+    throw new Error(`${what}: expected ${statuses.join(' or ')}, got ${a.status}: ${JSON.stringify(a.body)}`);
+  return a;
+}

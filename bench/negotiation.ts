@@ -37,30 +37,28 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { bundleWorkflows } from '../main.js';
-import { PROJECT_ROOT } from '../config.js';
 import { ensureDatabase } from '../db/knex.js';
 import { defaultTestDataDir, startEmbeddedPostgres } from '../dev/postgres.js';
 import { resolveTemporalCli, startTemporalDevServer } from '../dev/temporal.js';
-import { freePort, spawnBound, stopChild } from '../dev/processes.js';
+import { freePort, stopChild } from '../dev/processes.js';
 import { startAuthority } from '../dev/authority/index.js';
 import { startBuildingBackend } from '../dev/building-backend/index.js';
 import { FLOOR_STEPS, floorStartUpdate, floorStepUpdate } from './floor-workflow.js';
-import { api, type Answer, type Api } from './management-api.js';
+import { expectStatus, type Answer } from './management-api.js';
 import {
-  connectorArgs,
-  connectorEnv,
   connectorMode,
   describeConnectors,
   ensureBuilt,
+  startConnectorProcess as launchConnector,
   type ConnectorMode,
+  type ConnectorProcess as LaunchedConnector,
 } from './connectors.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -239,31 +237,15 @@ function childByComm(comm: string): number | null {
   return allProcs().find((p) => p.ppid === process.pid && p.comm === comm)?.pid ?? null;
 }
 
-async function expectStatus(what: string, answer: Promise<Answer>, status: number) {
-  const a = await answer;
-  if (a.status !== status)
-    throw new Error(`${what}: expected ${status}, got ${a.status}: ${JSON.stringify(a.body)}`);
-  return a;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Connector processes
 
-interface ConnectorProcess {
-  name: string;
-  child: ChildProcess;
-  pid: number;
-  url: string;
-  did: string;
-  adminKey: string;
+interface ConnectorProcess extends LaunchedConnector {
   databaseUrl: string;
-  api: Api;
   /** VmHWM right after start (start-up peak). */
   startHwmKb: number;
   /** Highest VmRSS sampled while the bench ran. */
   maxRssKb: number;
-  /** Asks the process for its process.memoryUsage() (SIGUSR2); null when it does not answer. */
-  memoryUsage(): Promise<NodeJS.MemoryUsage | null>;
 }
 
 async function startConnectorProcess(
@@ -272,67 +254,8 @@ async function startConnectorProcess(
   databaseUrl: string,
   mode: ConnectorMode,
 ): Promise<ConnectorProcess> {
-  const child = spawnBound(process.execPath, connectorArgs(mode), {
-    deathSignal: 'TERM',
-    cwd: PROJECT_ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...connectorEnv(mode), ...env, DATABASE_URL: databaseUrl },
-  });
-  let errLines = 0;
-  const tail: string[] = [];
-  readline.createInterface({ input: child.stderr! }).on('line', (line) => {
-    tail.push(line);
-    if (tail.length > 20) tail.shift();
-    const shown = line.length > 400 ? `${line.slice(0, 400)}…` : line;
-    if (++errLines <= 30) process.stderr.write(`[${name}] ${shown}\n`);
-    else if (errLines === 31) process.stderr.write(`[${name}] (more log lines are not shown)\n`);
-  });
-  let onMemory: ((m: NodeJS.MemoryUsage) => void) | null = null;
-  const ready = await new Promise<{ pid: number; url: string; did: string; adminKey: string | null }>(
-    (resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${name} was not ready after 120 s`)), 120_000);
-      const lines = readline.createInterface({ input: child.stdout! });
-      lines.on('line', (line) => {
-        try {
-          const parsed = JSON.parse(line) as { ready?: boolean; memory?: NodeJS.MemoryUsage };
-          if (parsed.memory) onMemory?.(parsed.memory);
-          else if (parsed.ready) {
-            clearTimeout(timer);
-            resolve(parsed as { pid: number; url: string; did: string; adminKey: string | null });
-          }
-        } catch {
-          // not our ready line
-        }
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`${name} exited (${code}) before it was ready:\n${tail.join('\n')}`));
-      });
-    },
-  );
-  if (!ready.adminKey) throw new Error(`${name}: a fresh database must yield an initial admin key`);
-  return {
-    name,
-    child,
-    pid: child.pid!,
-    url: ready.url,
-    did: ready.did,
-    adminKey: ready.adminKey,
-    databaseUrl,
-    api: api(ready.url, ready.adminKey),
-    startHwmKb: procMemory(child.pid!)?.hwmKb ?? 0,
-    maxRssKb: 0,
-    memoryUsage: () =>
-      new Promise((resolve) => {
-        const timer = setTimeout(() => resolve(null), 3000);
-        onMemory = (m) => {
-          clearTimeout(timer);
-          onMemory = null;
-          resolve(m);
-        };
-        child.kill('SIGUSR2');
-      }),
-  };
+  const c = await launchConnector(name, { ...env, DATABASE_URL: databaseUrl }, mode);
+  return { ...c, databaseUrl, startHwmKb: procMemory(c.pid)?.hwmKb ?? 0, maxRssKb: 0 };
 }
 
 /** A source on the sample backend, a product, the access and contract policies and an offer. */
