@@ -1,6 +1,6 @@
 /**
- * Processes of bench/gateway.ts: the backend (bench/gateway-backend.ts) and the load generator
- * (bench/gateway-load.ts) as children (connectors: bench/connectors.ts), and their memory and CPU
+ * Processes of bench/gateway.ts: the backend (bench/gateway-backend.ts), the load generator
+ * (bench/gateway-load.ts) and the two hops of the floor (bench/gateway-floor-proxy.ts) as children (connectors: bench/connectors.ts), and their memory and CPU
  * read from /proc.
  */
 import fs from 'node:fs';
@@ -138,6 +138,29 @@ export async function startBackendProcess(
     BENCH_LATENCIES: latencies.join(','),
   });
   return { child, pid: child.pid!, urls: first.urls };
+}
+
+export interface ProxyHop {
+  child: ChildProcess;
+  pid: number;
+  url: string;
+}
+
+/**
+ * One bare proxy hop of the floor (bench/gateway-floor-proxy.ts). Each route is [path prefix,
+ * upstream origin, upstream prefix].
+ */
+export async function startProxyHop(
+  routes: Array<[string, string, string]>,
+  headers: Record<string, string>,
+  connections: number,
+): Promise<ProxyHop> {
+  const { child, first } = await forkHelper<{ url: string }>('gateway-floor-proxy.ts', {
+    BENCH_PROXY_ROUTES: JSON.stringify(routes),
+    BENCH_PROXY_HEADERS: JSON.stringify(headers),
+    BENCH_PROXY_CONNECTIONS: String(connections),
+  });
+  return { child, pid: child.pid!, url: first.url };
 }
 
 export interface LoadProcess {

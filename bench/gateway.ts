@@ -13,12 +13,16 @@
  *     backend; the consumer negotiates both with a `connection_alias`, the transfers start by
  *     themselves, and one gateway API key is allowed on both connections;
  *   - the load generator in its own process (bench/gateway-load.ts): one undici Pool of
- *     --connections connections, a closed loop, each answer read to its last byte.
+ *     --connections connections, a closed loop, each answer read to its last byte;
+ *   - the floor: two bare Node proxy hops in their own processes (bench/gateway-floor-proxy.ts),
+ *     the first forwarding to the second, the second to the backend, each reading the whole
+ *     answer and sending it on: what any two Node hops cost on this machine, with no
+ *     authentication, lookup, checking or logging.
  *
  * Per case (backend latency × answer size): warm-up and --seconds of `GET
- * /v1/buildings/{local id}/points` on the backend, then the same through `GET
- * /gateway/{alias}/v1/buildings/{object}/points`. Printed: throughput of both and the ratio,
- * p50/p99 of both and the added latency, each connector's peak RSS during the gateway run
+ * /v1/buildings/{local id}/points` on the backend, then the same through the two bare hops (the
+ * floor), then through `GET /gateway/{alias}/v1/buildings/{object}/points`. Printed: throughput
+ * of each and its ratio to direct, p50/p99 of each and the added latency, each connector's peak RSS during the gateway run
  * (VmHWM, reset before it), the CPU each process spends per request, and the issue's targets
  * with pass/fail marks. The last line of output is the result as JSON.
  *
@@ -47,6 +51,7 @@ import {
   resetPeakRss,
   startBackendProcess,
   startLoadProcess,
+  startProxyHop,
   stopHelper,
   treeCpuMs,
 } from './gateway-stack.js';
@@ -250,19 +255,26 @@ async function connect(consumer: ConnectorProcess, provider: ConnectorProcess): 
 interface CaseResult {
   case: Case;
   direct: LoadResult;
+  /** Through the two bare proxy hops. */
+  floor: LoadResult;
   through: LoadResult;
   ratio: number;
+  floorRatio: number;
   addedP50: number;
   addedP99: number;
   /** Peak RSS of each connector during the gateway run (warm-up included), MB. */
   peakRssMb: { provider: number; consumer: number };
   /** RSS of each connector right before the gateway run, MB. */
   beforeRssMb: { provider: number; consumer: number };
-  /** CPU ms per answered request, per process, for both runs (warm-up included). */
-  cpuMsPerRequest: { direct: Record<string, number>; through: Record<string, number> };
+  /** CPU ms per answered request, per process, for each run (warm-up included). */
+  cpuMsPerRequest: Record<Way, Record<string, number>>;
   /** Share of one core each process used during each run. */
-  coreShare: { direct: Record<string, number>; through: Record<string, number> };
+  coreShare: Record<Way, Record<string, number>>;
 }
+
+const WAYS = ['direct', 'floor', 'through'] as const;
+type Way = (typeof WAYS)[number];
+const WAY_LABEL: Record<Way, string> = { direct: 'direct', floor: 'floor', through: 'gateway' };
 
 export async function run(args: string[] = []): Promise<void> {
   const options = parseOptions(args);
@@ -301,6 +313,28 @@ export async function run(args: string[] = []): Promise<void> {
     stops.push(['backend', () => stopHelper(backend.child)]);
     const load = await startLoadProcess();
     stops.push(['load generator', () => stopHelper(load.child)]);
+    const floorRoutes = (
+      origin: (latency: Latency) => string,
+      upstreamPrefix: (latency: Latency) => string,
+    ) => LATENCIES.map((l): [string, string, string] => [`/${l}/`, origin(l), upstreamPrefix(l)]);
+    const hop2 = await startProxyHop(
+      floorRoutes(
+        (l) => backend.urls[String(l)]!,
+        () => '/',
+      ),
+      { 'x-api-key': BACKEND_KEY },
+      options.connections,
+    );
+    stops.push(['floor hop 2', () => stopHelper(hop2.child)]);
+    const hop1 = await startProxyHop(
+      floorRoutes(
+        () => hop2.url,
+        (l) => `/${l}/`,
+      ),
+      {},
+      options.connections,
+    );
+    stops.push(['floor hop 1', () => stopHelper(hop1.child)]);
 
     const keyEncryptionKey = randomBytes(32).toString('base64');
     const connectors: ConnectorProcess[] = [];
@@ -342,7 +376,7 @@ export async function run(args: string[] = []): Promise<void> {
     const appKey = await connect(consumer!, provider!);
     note(`stack ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
-    const jobs = (c: Case): { direct: LoadJob; through: LoadJob } => {
+    const jobs = (c: Case): Record<Way, LoadJob> => {
       const common = {
         connections: options.connections,
         warmupSeconds: options.warmup,
@@ -355,6 +389,12 @@ export async function run(args: string[] = []): Promise<void> {
           path: `/v1/buildings/${buildings[c.size].localId}/points`,
           headers: { 'x-api-key': BACKEND_KEY, accept: 'application/json' },
         },
+        floor: {
+          ...common,
+          origin: hop1.url,
+          path: `/${c.latencyMs}/v1/buildings/${buildings[c.size].localId}/points`,
+          headers: { accept: 'application/json' },
+        },
         through: {
           ...common,
           origin: consumer!.url,
@@ -364,20 +404,22 @@ export async function run(args: string[] = []): Promise<void> {
       };
     };
 
-    // The same answer both ways: as many points, and the gateway's carries the object id.
+    // The same answer every way: as many points, and the gateway's carries the object id.
     for (const c of options.cases) {
-      const { direct, through } = jobs(c);
+      const { direct, floor, through } = jobs(c);
       const read = async (job: LoadJob) => {
         const res = await fetch(`${job.origin}${job.path}`, { headers: job.headers });
         if (res.status !== 200)
           throw new Error(`${c.name}: ${job.origin}${job.path} answered ${res.status}: ${await res.text()}`);
         return (await res.json()) as { building_id: string; points: unknown[] };
       };
-      const [d, t] = await Promise.all([read(direct), read(through)]);
+      const [d, f, t] = await Promise.all([read(direct), read(floor), read(through)]);
       if (d.points.length !== t.points.length || t.building_id !== objectOf(c.latencyMs, c.size))
         throw new Error(
           `${c.name}: the gateway answered ${t.points.length} points, the backend ${d.points.length}`,
         );
+      if (JSON.stringify(f.points) !== JSON.stringify(d.points))
+        throw new Error(`${c.name}: the floor's points differ from the backend's`);
     }
 
     const postgresPid = childByComm('postgres');
@@ -387,6 +429,8 @@ export async function run(args: string[] = []): Promise<void> {
       backend: backend.pid,
       consumer: consumer!.pid,
       provider: provider!.pid,
+      hop1: hop1.pid,
+      hop2: hop2.pid,
       ...(postgresPid ? { postgres: postgresPid } : {}),
       ...(temporalPid ? { temporal: temporalPid } : {}),
     };
@@ -410,11 +454,14 @@ export async function run(args: string[] = []): Promise<void> {
     let resetWorks = true;
     const results: CaseResult[] = [];
     for (const c of options.cases) {
-      const { direct, through } = jobs(c);
+      const { direct, floor, through } = jobs(c);
       note(`${c.name}: direct…`);
       const cpu0 = treeCpuMs(roots);
       const d = await load.run(direct);
       const cpu1 = treeCpuMs(roots);
+      note(`${c.name}: through the floor's two bare hops…`);
+      const f = await load.run(floor);
+      const cpuF = treeCpuMs(roots);
       for (const conn of [provider!, consumer!]) resetWorks = resetPeakRss(conn.pid) && resetWorks;
       const rss = (conn: ConnectorProcess) => (procMemory(conn.pid)?.rssKb ?? NaN) / 1024;
       const beforeRssMb = { provider: rss(provider!), consumer: rss(consumer!) };
@@ -423,18 +470,21 @@ export async function run(args: string[] = []): Promise<void> {
       const cpu2 = treeCpuMs(roots);
       const peak = (conn: ConnectorProcess) => (procMemory(conn.pid)?.hwmKb ?? NaN) / 1024;
       const cd = cpuPer(cpu0, cpu1, d);
-      const ct = cpuPer(cpu1, cpu2, t);
+      const cf = cpuPer(cpu1, cpuF, f);
+      const ct = cpuPer(cpuF, cpu2, t);
       results.push({
         case: c,
         direct: d,
+        floor: f,
         through: t,
         ratio: t.perSecond / d.perSecond,
+        floorRatio: f.perSecond / d.perSecond,
         addedP50: t.p50 - d.p50,
         addedP99: t.p99 - d.p99,
         peakRssMb: { provider: peak(provider!), consumer: peak(consumer!) },
         beforeRssMb,
-        cpuMsPerRequest: { direct: cd.perRequest, through: ct.perRequest },
-        coreShare: { direct: cd.share, through: ct.share },
+        cpuMsPerRequest: { direct: cd.perRequest, floor: cf.perRequest, through: ct.perRequest },
+        coreShare: { direct: cd.share, floor: cf.share, through: ct.share },
       });
     }
     const loadAfter = os.loadavg();
@@ -442,37 +492,43 @@ export async function run(args: string[] = []): Promise<void> {
     // ----- Report
     say();
     say(
-      'GET …/points: directly on the backend vs. through gateway + data plane ' +
-        `(${options.connections} connections, closed loop; latency = request → last byte, ms)`,
+      'GET …/points: directly on the backend, through the floor (two bare Node proxy hops) and ' +
+        `through gateway + data plane (${options.connections} connections, closed loop; latency = ` +
+        'request → last byte, ms; ratio = req/s against direct)',
     );
+    const p50p99 = (r: LoadResult) => `${fixed(r.p50, 2)} / ${fixed(r.p99, 2)}`;
     table(
       [
         'case',
         'answer',
         'direct req/s',
+        'floor req/s',
+        'ratio',
         'gateway req/s',
         'ratio',
         'direct p50/p99',
+        'floor p50/p99',
         'gateway p50/p99',
-        'added p50/p99',
+        'gateway added p50/p99',
       ],
       results.map((r) => [
         r.case.name,
         kib(r.direct.answerBytes),
         fixed(r.direct.perSecond, 0),
+        fixed(r.floor.perSecond, 0),
+        `${fixed(r.floorRatio, 2)}×`,
         fixed(r.through.perSecond, 0),
         `${fixed(r.ratio, 2)}×`,
-        `${fixed(r.direct.p50, 2)} / ${fixed(r.direct.p99, 2)}`,
-        `${fixed(r.through.p50, 2)} / ${fixed(r.through.p99, 2)}`,
+        p50p99(r.direct),
+        p50p99(r.floor),
+        p50p99(r.through),
         `${fixed(r.addedP50, 2)} / ${fixed(r.addedP99, 2)}`,
       ]),
     );
     for (const r of results)
-      for (const [way, lr] of [
-        ['direct', r.direct],
-        ['gateway', r.through],
-      ] as const)
-        if (lr.failed) say(`  ${r.case.name} ${way}: ${lr.failed} failed, first: ${lr.firstFailure}`);
+      for (const way of WAYS)
+        if (r[way].failed)
+          say(`  ${r.case.name} ${WAY_LABEL[way]}: ${r[way].failed} failed, first: ${r[way].firstFailure}`);
     say(
       `  (answer: the backend's; the gateway's differs by the building id only. Small building ` +
         `${buildings.small.points} points, large ${buildings.large.points})`,
@@ -495,7 +551,8 @@ export async function run(args: string[] = []): Promise<void> {
     say();
     say(
       'CPU per request, ms (warm-up included; in parentheses: share of one core during the run). ' +
-        '"all" below 200 % means other work on the machine took the rest of the 2 cores',
+        '"all" below 200 % means other work on the machine took the rest of the 2 cores; hop1 and ' +
+        "hop2 are the floor's two bare proxies",
     );
     const names = Object.keys(roots);
     const sum = (m: Record<string, number>) => Object.values(m).reduce((a, b) => a + b, 0);
@@ -515,9 +572,9 @@ export async function run(args: string[] = []): Promise<void> {
     table(
       ['case', 'way', ...names, 'all'],
       results.flatMap((r) =>
-        (['direct', 'through'] as const).map((way) => [
+        WAYS.map((way) => [
           way === 'direct' ? r.case.name : '',
-          way === 'direct' ? 'direct' : 'gateway',
+          WAY_LABEL[way],
           ...names.map(
             (n) => `${fixed(r.cpuMsPerRequest[way][n]!, 3)} (${fixed(100 * r.coreShare[way][n]!, 0)} %)`,
           ),
@@ -531,9 +588,11 @@ export async function run(args: string[] = []): Promise<void> {
         'none above one core; the 10 ms backend also caps direct at connections / latency): ' +
         results
           .map((r) => {
-            const d = ceiling(r.cpuMsPerRequest.direct, r.case.latencyMs);
-            const t = ceiling(r.cpuMsPerRequest.through, r.case.latencyMs);
-            return `${r.case.name} ${fixed(d, 0)} vs ${fixed(t, 0)} req/s (${fixed(t / d, 2)}×)`;
+            const [d, f, t] = WAYS.map((way) => ceiling(r.cpuMsPerRequest[way], r.case.latencyMs));
+            return (
+              `${r.case.name} direct ${fixed(d!, 0)}, floor ${fixed(f!, 0)} (${fixed(f! / d!, 2)}×), ` +
+              `gateway ${fixed(t!, 0)} req/s (${fixed(t! / d!, 2)}×)`
+            );
           })
           .join('; '),
     );
@@ -588,6 +647,15 @@ export async function run(args: string[] = []): Promise<void> {
       targets.map(([t, v, ok]) => [t, v, mark(ok)]),
     );
     say(
+      '  the floor in the same run (two bare Node hops, nothing checked): ' +
+        results
+          .map(
+            (r) =>
+              `${r.case.name} ${fixed(r.floorRatio, 2)}×, +${fixed(r.floor.p50 - r.direct.p50, 2)} ms p50`,
+          )
+          .join('; '),
+    );
+    say(
       `  load average ${loadBefore.map((l) => l.toFixed(2)).join(' ')} at start, ` +
         `${loadAfter.map((l) => l.toFixed(2)).join(' ')} at end (other work on the same cores skews the figures)`,
     );
@@ -617,10 +685,13 @@ export async function run(args: string[] = []): Promise<void> {
         name: r.case.name,
         backendLatencyMs: r.case.latencyMs,
         direct: load3(r.direct),
+        floor: load3(r.floor),
         through: load3(r.through),
         ratio: round(r.ratio),
+        floorRatio: round(r.floorRatio),
         cpuCeiling: {
           direct: round(ceiling(r.cpuMsPerRequest.direct, r.case.latencyMs), 0),
+          floor: round(ceiling(r.cpuMsPerRequest.floor, r.case.latencyMs), 0),
           through: round(ceiling(r.cpuMsPerRequest.through, r.case.latencyMs), 0),
           ratio: round(
             ceiling(r.cpuMsPerRequest.through, r.case.latencyMs) /
@@ -634,16 +705,18 @@ export async function run(args: string[] = []): Promise<void> {
           provider: round(r.beforeRssMb.provider, 0),
           consumer: round(r.beforeRssMb.consumer, 0),
         },
-        cpuMsPerRequest: {
-          direct: Object.fromEntries(Object.entries(r.cpuMsPerRequest.direct).map(([k, v]) => [k, round(v)])),
-          through: Object.fromEntries(
-            Object.entries(r.cpuMsPerRequest.through).map(([k, v]) => [k, round(v)]),
-          ),
-        },
-        coreShare: {
-          direct: Object.fromEntries(Object.entries(r.coreShare.direct).map(([k, v]) => [k, round(v, 2)])),
-          through: Object.fromEntries(Object.entries(r.coreShare.through).map(([k, v]) => [k, round(v, 2)])),
-        },
+        cpuMsPerRequest: Object.fromEntries(
+          WAYS.map((way) => [
+            way,
+            Object.fromEntries(Object.entries(r.cpuMsPerRequest[way]).map(([k, v]) => [k, round(v)])),
+          ]),
+        ),
+        coreShare: Object.fromEntries(
+          WAYS.map((way) => [
+            way,
+            Object.fromEntries(Object.entries(r.coreShare[way]).map(([k, v]) => [k, round(v, 2)])),
+          ]),
+        ),
       })),
       targets: Object.fromEntries(targets.map(([name, value, ok]) => [name, { value, pass: ok }])),
       seconds: (Date.now() - started) / 1000,
