@@ -942,7 +942,9 @@ export async function run(args: string[] = []): Promise<void> {
     const floorOnce = () => floorRound(client, 'bench-floor');
     await drive(Math.min(20, options.floor), 5, 1, floorOnce);
     const floorSeq = await drive(options.floor, 10, 1, floorOnce);
+    const cpuFloorBefore = cpuSnapshot(components);
     const floorConc = await drive(options.floor, 10, options.clients, floorOnce);
+    const cpuFloorAfter = cpuSnapshot(components);
 
     // Negotiations.
     const negotiate = negotiator(consumer!, provider!, offer, completions, options);
@@ -1099,6 +1101,15 @@ export async function run(args: string[] = []): Promise<void> {
       ];
     });
     table(['', 'CPU s', 'of one core', 'ms per negotiation'], cpuRows);
+    const floorTemporalMs =
+      ((cpuFloorAfter.temporal ?? NaN) - (cpuFloorBefore.temporal ?? NaN)) /
+      Math.max(1, floorConc.results.length);
+    say(
+      `  floor with ${options.clients} clients: the Temporal server used ${ms(floorTemporalMs, 1)} ms of CPU ` +
+        `per round (one workflow: update-with-start, ${FLOOR_STEPS} Updates, its result), so on ` +
+        `${os.availableParallelism()} cores it alone allows at most ` +
+        `${((1000 * os.availableParallelism()) / floorTemporalMs).toFixed(0)} such rounds/s`,
+    );
 
     say();
     say('targets (issue 4 §7)');
@@ -1169,7 +1180,12 @@ export async function run(args: string[] = []): Promise<void> {
       node: process.version,
       cores: os.availableParallelism(),
       completion: options.pollMs === null ? 'notify' : `poll ${options.pollMs} ms`,
-      floor: { sequential: sFloorSeq, concurrent: sFloorConc, perSecond: floorPerSecond },
+      floor: {
+        sequential: sFloorSeq,
+        concurrent: sFloorConc,
+        perSecond: floorPerSecond,
+        temporalCpuMsPerRound: floorTemporalMs,
+      },
       negotiation: {
         sequential: { ...sSeq, failed: failSeq.length, post: postSeq },
         concurrent: {
