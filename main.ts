@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino, type Logger } from 'pino';
 import { Client, Connection } from '@temporalio/client';
+import type { DataConverter } from '@temporalio/common';
 import {
   DefaultLogger,
   NativeConnection,
@@ -34,6 +35,7 @@ import {
   type ConnectorTrust,
 } from './auth/identity.js';
 import { signingKey } from './auth/keys.js';
+import { payloadEncryptionCodec } from './auth/payload-encryption.js';
 import { answerSigner } from './gateway/signatures.js';
 import { startDataPlaneRuntime, type DataPlaneRuntime } from './gateway/dataplane/runtime.js';
 
@@ -141,6 +143,8 @@ export interface RunningConnector {
   port: number;
   db: Db;
   temporal: Client;
+  /** How this connector's payloads are encoded in Temporal (encrypted; replay needs it too). */
+  dataConverter: DataConverter;
   /** The admin API key, created on the very first start only. */
   initialAdminKey: string | null;
   /** Our DID, DID document and outbound connector tokens (auth/identity.ts). */
@@ -157,11 +161,13 @@ export async function startConnector(config: Config, options: StartOptions): Pro
   const db = createDb(options.databaseUrl);
   const applied = await migrateLatest(db);
   if (applied.length) logger.info({ migrations: applied }, 'database migrated');
-  const keys = await loadIdentityKeys(db, config, logger);
+  const { keys, kek } = await loadIdentityKeys(db, config, logger);
+  // Every payload our workflows hand to Temporal is encrypted (auth/payload-encryption.ts).
+  const dataConverter: DataConverter = { payloadCodecs: [payloadEncryptionCodec(kek)] };
   const trust = connectorTrust(db, config, logger);
 
   const connection = await Connection.connect({ address: options.temporalAddress });
-  const temporal = new Client({ connection, namespace: config.temporal.namespace });
+  const temporal = new Client({ connection, namespace: config.temporal.namespace, dataConverter });
 
   // First start: no API key exists yet, so make an admin key and hand it out once.
   const initialAdminKey = config.roles.includes('api') ? await bootstrapAdminKey(db) : null;
@@ -215,6 +221,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
       connection: nativeConnection,
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
+      dataConverter,
       workflowBundle: options.workflowBundle ?? prebuilt ?? (await bundleWorkflows()),
       activities: createActivities({
         db,
@@ -299,6 +306,7 @@ export async function startConnector(config: Config, options: StartOptions): Pro
     port,
     db,
     temporal,
+    dataConverter,
     initialAdminKey,
     identity,
     verifyConnectorToken: trust.verifyConnectorToken,

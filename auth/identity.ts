@@ -33,8 +33,16 @@ export interface ConnectorTrust {
   resolver: DidResolver;
 }
 
-/** Our keys, made on the first start; the KEK source goes to the log (never the key). */
-export async function loadIdentityKeys(db: Db, config: Config, logger: Logger): Promise<ConnectorKey[]> {
+/**
+ * Our keys, made on the first start, and the key-encryption key that protects them (also the
+ * root of the Temporal payload key, auth/payload-encryption.ts). The KEK's source goes to the
+ * log, never the key.
+ */
+export async function loadIdentityKeys(
+  db: Db,
+  config: Config,
+  logger: Logger,
+): Promise<{ keys: ConnectorKey[]; kek: Uint8Array }> {
   const { kek, source, file } = loadKeyEncryptionKey({
     configured: config.identity.keyEncryptionKey,
     dataDir: config.dataDir,
@@ -45,7 +53,7 @@ export async function loadIdentityKeys(db: Db, config: Config, logger: Logger): 
       `private keys are encrypted with the key file (${source}); set KEY_ENCRYPTION_KEY in production`,
     );
   }
-  return loadOrCreateConnectorKeys(db, kek);
+  return { keys: await loadOrCreateConnectorKeys(db, kek), kek };
 }
 
 /** `publicUrl` is the address we are reachable at, with the real port once listening. */

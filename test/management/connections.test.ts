@@ -119,6 +119,52 @@ describe('connections (consumer side)', function () {
     expectError(await consumer.api.get('/api/v1/connections/Not_An_Alias'), 400, 'invalid_request', 'alias');
   });
 
+  it("keeps the pull token out of Temporal's histories: every payload of both transfers is encrypted", async () => {
+    const route = await findGatewayRoute(consumer.connector.db, 'soda-live');
+    const token = endpointProperty(route!.dataAddress!, 'authorization')!;
+    const sides = [
+      {
+        connector: consumer.connector,
+        row: await consumer.connector.db('transfers').where({ id: transferId }).first('workflow_id'),
+      },
+      {
+        connector: provider.connector,
+        row: await provider.connector
+          .db('transfers')
+          .where({ agreement_id: agreementId })
+          .first('workflow_id'),
+      },
+    ];
+    for (const { connector, row } of sides) {
+      expect(row, 'transfer row').to.not.equal(undefined);
+      const history = await connector.temporal.workflow.getHandle(row.workflow_id).fetchHistory();
+      const payloads: Array<{ metadata: Record<string, Uint8Array>; data: Uint8Array }> = [];
+      const collect = (node: unknown): void => {
+        if (node === null || typeof node !== 'object' || ArrayBuffer.isView(node)) return;
+        const p = node as { metadata?: Record<string, Uint8Array>; data?: Uint8Array };
+        if (p.metadata && p.data) payloads.push(p as (typeof payloads)[number]);
+        else
+          for (const [key, value] of Object.entries(node))
+            // Search attributes are the server's to read (role, state, counterparty): never encrypted.
+            if (key !== 'searchAttributes') collect(value);
+      };
+      collect(history);
+      // Update arguments, activity inputs and results: the start message with the token among them.
+      expect(payloads.length, row.workflow_id).to.be.at.least(5);
+      for (const p of payloads) {
+        expect(Buffer.from(p.metadata.encoding!).toString(), row.workflow_id).to.equal('binary/encrypted');
+        expect(Buffer.from(p.data).includes(token), row.workflow_id).to.equal(false);
+      }
+      // The raw history has no trace of the token either, in any encoding of it.
+      const raw = Buffer.from(JSON.stringify(history));
+      for (const form of [token, Buffer.from(token).toString('base64').slice(0, 24)])
+        expect(raw.includes(form), `${row.workflow_id}: ${form}`).to.equal(false);
+      // The connector itself still reads its workflow (queries decrypt with its key).
+      const decoded = await connector.temporal.workflow.getHandle(row.workflow_id).describe();
+      expect(decoded.status.name).to.equal('RUNNING');
+    }
+  });
+
   it('says which applications may use a connection, read-only or read-write', async () => {
     const app = await consumer.api.post('/api/v1/api-keys', { name: 'dashboard', scope: 'gateway' });
     expect(app.status, JSON.stringify(app.body)).to.equal(201);
