@@ -658,9 +658,14 @@ export async function startConnectionTransfer(n: NegotiationInput, agreementId: 
 export async function agreementTermination(input: AgreementTerminationInput): Promise<AgreementEndAck> {
   let answer: AgreementEndAck | null = null;
   let notify: EndAgreement | null = null;
+  let ending: Promise<AgreementEndAck> | null = null;
 
-  setHandler(endAgreementUpdate, async (e: EndAgreement) => {
-    if (answer) return answer;
+  // Ends that cross (two operators at once, or ours and the counterparty's message) are one end:
+  // the first one's, whose answer every later one gets. The counterparty is told only when that
+  // first end is ours.
+  setHandler(endAgreementUpdate, (e: EndAgreement) => (ending ??= end(e)));
+
+  async function end(e: EndAgreement): Promise<AgreementEndAck> {
     const endedBy = e.by === 'us' ? input.role : otherParty(input.role);
     const ended = await activities.endAgreement({
       agreementId: input.agreementId,
@@ -687,7 +692,7 @@ export async function agreementTermination(input: AgreementTerminationInput): Pr
     };
     if (e.by === 'us') notify = e;
     return answer;
-  });
+  }
 
   await condition(() => answer !== null);
   if (notify && input.counterpartyAddress) {

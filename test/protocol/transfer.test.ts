@@ -5,7 +5,7 @@
  * either side.
  */
 import { expect } from 'chai';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { client, type Client } from '../support/http.js';
 import { startTestConnector } from '../support/stack.js';
@@ -827,6 +827,51 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     expect(ours.ended_by).to.equal('provider');
     expectError(await consumer.api.post('/api/v1/transfers', { agreement_id: id }), 409, 'conflict');
     await waitAgreementOutbox(provider, id);
+  });
+
+  it('ends an agreement once when ends cross: both operators at the same moment, and two operators on one side', async () => {
+    const id = await agreement();
+    const { c, p } = await runningTransfer(id);
+    const path = `/api/v1/agreements/${encodeURIComponent(id)}/terminate`;
+    const second = await consumer.api.post('/api/v1/api-keys', { name: 'second operator', role: 'admin' });
+    expect(second.status, JSON.stringify(second.body)).to.equal(201);
+    const secondOperator = client(consumer.connector.url, second.body.key as string);
+    // The consumer's two operators and the provider's at once: the consumer's workflow gets two
+    // ends of ours and, crossing them, the provider's message.
+    const answers = await Promise.all([
+      consumer.api.post(path, { reason: 'first operator' }),
+      secondOperator.post(path, { reason: 'second operator' }),
+      provider.api.post(path, { reason: 'provider operator' }),
+    ]);
+    for (const a of answers) {
+      // Either the end (200) or, once it is recorded, "already ended" (409): nothing else.
+      expect([200, 409], JSON.stringify(a.body)).to.include(a.status);
+      if (a.status === 409) expectError(a, 409, 'conflict', 'ended');
+    }
+    const [mine, other] = answers.slice(0, 2);
+    if (mine!.status === 200 && other!.status === 200) expect(other!.body).to.deep.equal(mine!.body);
+    const ours = await waitAgreement(consumer.api, id, (a) => a.state === 'ended');
+    const theirs = await waitAgreement(provider.api, id, (a) => a.state === 'ended');
+    for (const a of [ours, theirs]) expect(['consumer', 'provider']).to.include(a.ended_by);
+    await waitTransfer(consumer.api, c.id, (t) => t.state === 'TERMINATED');
+    await waitTransfer(provider.api, p.id, (t) => t.state === 'TERMINATED');
+    // Each side's end is one evidence entry, and its termination workflow finishes.
+    const digest = createHash('sha256').update(id).digest('hex').slice(0, 32);
+    for (const [role, side] of [
+      ['consumer', consumer],
+      ['provider', provider],
+    ] as const) {
+      const entries = await side.connector.db('evidence').where({ kind: 'agreement.ended', process_id: id });
+      expect(entries, role).to.have.length(1);
+      const handle = side.connector.temporal.workflow.getHandle(`agreement-termination/${role}/${digest}`);
+      const deadline = Date.now() + 15_000;
+      let status = (await handle.describe()).status.name;
+      while (status === 'RUNNING' && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        status = (await handle.describe()).status.name;
+      }
+      expect(status, role).to.equal('COMPLETED');
+    }
   });
 
   /** Polls an agreement until `done` holds. */
