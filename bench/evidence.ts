@@ -1,6 +1,6 @@
 /**
- * Evidence log throughput: appends per second (one caller, 8 concurrent callers in one process,
- * 8 writers in separate pools as separate processes would be) and verified entries per second,
+ * Evidence log throughput: appends per second (one caller, 8 and 32 concurrent callers in one
+ * process, 8 writers in separate pools as separate processes would be) and verified entries per second,
  * each next to a baseline measured in the same run on the same server:
  *   - appends: a plain INSERT of the same row into an unchained table, at the same concurrency;
  *   - verify: the same keyset SELECT of the same rows, with no hashing or checks; with the CPU
@@ -162,6 +162,9 @@ async function appendRates(url: string, seconds: number): Promise<Row[]> {
     await rate(1, 0.5, append); // warm up connections and the plan cache
     await measure('chain, 1 caller', 1, append);
     await measure('chain, 8 concurrent callers, one process', 8, append);
+    // A connector's worker runs up to 100 activities at once, each appending: the writer batches
+    // whatever arrives while a statement is in flight.
+    await measure('chain, 32 concurrent callers, one process', 32, append);
     let next = 0;
     await measure('chain, 8 writers with their own pools (as 8 processes)', 8, (i) =>
       evidenceStore(separate[next++ % 8]!).append(sampleEntry(i)),
