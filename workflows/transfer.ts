@@ -662,10 +662,19 @@ export async function agreementTermination(input: AgreementTerminationInput): Pr
 
   // Ends that cross (two operators at once, or ours and the counterparty's message) are one end:
   // the first one's, whose answer every later one gets. The counterparty is told only when that
-  // first end is ours.
-  setHandler(endAgreementUpdate, (e: EndAgreement) => (ending ??= end(e)));
+  // first end is ours. An end that failed is not kept: the next one tries again. (Runs that began
+  // before this ran each end on its own: `patched` keeps their histories replaying.)
+  setHandler(endAgreementUpdate, (e: EndAgreement) => {
+    if (!patched('agreement-end-shared')) return end(e);
+    ending ??= end(e).catch((err: unknown) => {
+      ending = null;
+      throw err;
+    });
+    return ending;
+  });
 
   async function end(e: EndAgreement): Promise<AgreementEndAck> {
+    if (answer) return answer;
     const endedBy = e.by === 'us' ? input.role : otherParty(input.role);
     const ended = await activities.endAgreement({
       agreementId: input.agreementId,

@@ -10,7 +10,7 @@ import { requireStack } from './stack.js';
  * Every payload of a history as it was before the connector encrypted it
  * (auth/payload-encryption.ts), in place: recorded histories replay without the run's key.
  */
-async function decryptPayloads(node: unknown, connector: RunningConnector): Promise<void> {
+export async function decryptPayloads(node: unknown, connector: RunningConnector): Promise<void> {
   if (node === null || typeof node !== 'object' || ArrayBuffer.isView(node)) return;
   for (const [key, value] of Object.entries(node as Record<string, unknown>)) {
     const payload = value as { metadata?: Record<string, Uint8Array>; data?: Uint8Array } | null;
