@@ -6,9 +6,12 @@
  * without it the connector bundles its workflows itself, as `node dist/main.js` does.
  *
  * Prints one JSON line on stdout when ready: { ready, pid, url, did, adminKey }, and one
- * { memory } line (process.memoryUsage()) on each SIGUSR2. Logs go to stderr. SIGTERM or
+ * { memory } line on each SIGUSR2 (process.memoryUsage(), and `liveHeap`: the heap used after a full
+ * collection, which that signal runs). Logs go to stderr. SIGTERM or
  * SIGINT stops it in order (HTTP server, worker, connections).
  */
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { pino } from 'pino';
 import { loadConfig } from '../config.js';
 import { startConnector } from '../main.js';
@@ -35,7 +38,16 @@ process.stdout.write(
   })}\n`,
 );
 
-process.on('SIGUSR2', () => process.stdout.write(`${JSON.stringify({ memory: process.memoryUsage() })}\n`));
+// The heap as it is, and what is left of it after a full collection: garbage that V8 has not
+// collected yet counts in the first and the RSS, only what is still referenced in the second.
+v8.setFlagsFromString('--expose-gc');
+const collectGarbage = vm.runInNewContext('gc') as () => void;
+process.on('SIGUSR2', () => {
+  const memory = process.memoryUsage();
+  collectGarbage();
+  const liveHeap = process.memoryUsage().heapUsed;
+  process.stdout.write(`${JSON.stringify({ memory: { ...memory, liveHeap } })}\n`);
+});
 
 let stopping = false;
 const stop = () => {

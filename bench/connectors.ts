@@ -92,8 +92,11 @@ export interface ConnectorProcess {
   did: string;
   adminKey: string;
   api: Api;
-  /** Asks the process for its process.memoryUsage() (SIGUSR2); null when it does not answer. */
-  memoryUsage(): Promise<NodeJS.MemoryUsage | null>;
+  /**
+   * Asks the process for its process.memoryUsage() and its heap after a full collection
+   * (`liveHeap`; SIGUSR2, which runs that collection); null when it does not answer.
+   */
+  memoryUsage(): Promise<(NodeJS.MemoryUsage & { liveHeap: number }) | null>;
 }
 
 /**
@@ -122,13 +125,16 @@ export async function startConnectorProcess(
       process.stderr.write(`[${name}] ${line.length > 400 ? `${line.slice(0, 400)}…` : line}\n`);
     else if (shown === 31) process.stderr.write(`[${name}] (more log lines are not shown)\n`);
   });
-  let onMemory: ((m: NodeJS.MemoryUsage) => void) | null = null;
+  let onMemory: ((m: NodeJS.MemoryUsage & { liveHeap: number }) => void) | null = null;
   const ready = await new Promise<{ url: string; did: string; adminKey: string | null }>(
     (resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`${name} was not ready after 120 s`)), 120_000);
       readline.createInterface({ input: child.stdout! }).on('line', (line) => {
         try {
-          const parsed = JSON.parse(line) as { ready?: boolean; memory?: NodeJS.MemoryUsage };
+          const parsed = JSON.parse(line) as {
+            ready?: boolean;
+            memory?: NodeJS.MemoryUsage & { liveHeap: number };
+          };
           if (parsed.memory) onMemory?.(parsed.memory);
           else if (parsed.ready) {
             clearTimeout(timer);

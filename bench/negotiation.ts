@@ -969,6 +969,7 @@ export async function run(args: string[] = []): Promise<void> {
       return {
         heapTotalMb: u ? u.heapTotal / 2 ** 20 : NaN,
         heapUsedMb: u ? u.heapUsed / 2 ** 20 : NaN,
+        liveHeapMb: u ? u.liveHeap / 2 ** 20 : NaN,
         externalMb: u ? u.external / 2 ** 20 : NaN,
         name: c.name,
         startHwmMb: mb(c.startHwmKb),
@@ -1072,6 +1073,7 @@ export async function run(args: string[] = []): Promise<void> {
         'RSS at end',
         'of which main JS heap',
         'heap used',
+        'live after full GC',
         'external',
       ],
       memory.map((m) => [
@@ -1081,6 +1083,7 @@ export async function run(args: string[] = []): Promise<void> {
         ms(m.endRssMb, 0),
         ms(m.heapTotalMb, 0),
         ms(m.heapUsedMb, 0),
+        ms(m.liveHeapMb, 0),
         ms(m.externalMb, 0),
       ]),
     );
