@@ -12,7 +12,7 @@ import readline from 'node:readline';
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { PROJECT_ROOT, PRODUCTION_ENV, PRODUCTION_NODE_FLAGS } from '../config.js';
 import { spawnBound } from '../dev/processes.js';
-import { api, type Api } from './management-api.js';
+import { api, type Api } from '../dev/management-api.js';
 
 export type ConnectorMode = 'dist' | 'tsx';
 

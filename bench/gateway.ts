@@ -63,7 +63,7 @@ import {
   type ConnectorMode,
   type ConnectorProcess,
 } from './connectors.js';
-import { expectStatus } from './management-api.js';
+import { expectStatus } from '../dev/management-api.js';
 
 const BACKEND_KEY = 'bench-backend-key';
 const LATENCIES = [10, 0] as const;

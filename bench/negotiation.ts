@@ -51,7 +51,7 @@ import { freePort, stopChild } from '../dev/processes.js';
 import { startAuthority } from '../dev/authority/index.js';
 import { startBuildingBackend } from '../dev/building-backend/index.js';
 import { FLOOR_STEPS, floorStartUpdate, floorStepUpdate } from './floor-workflow.js';
-import { expectStatus, type Answer } from './management-api.js';
+import { expectStatus, type Answer } from '../dev/management-api.js';
 import {
   connectorMode,
   describeConnectors,

@@ -2,43 +2,20 @@
  * The profile acts as an operator would: through the management API, with its own operator
  * key, so that every decision passes the same validation and workflow Updates as a person's.
  */
-export interface OperatorAnswer {
-  status: number;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- answers of every resource
-  body: any;
-}
+import { api, type Answer } from '../../dev/management-api.js';
+
+export type OperatorAnswer = Answer;
+
+type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
 export interface Operator {
-  call(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<OperatorAnswer>;
+  call(method: Method, path: string, body?: unknown): Promise<OperatorAnswer>;
   /** A call that must answer one of `ok`; anything else throws with the answer. */
-  expect(
-    method: 'GET' | 'POST' | 'PUT' | 'DELETE',
-    path: string,
-    body: unknown,
-    ok: number[],
-  ): Promise<OperatorAnswer>;
+  expect(method: Method, path: string, body: unknown, ok: number[]): Promise<OperatorAnswer>;
 }
 
 export function operatorClient(baseUrl: string, key: string): Operator {
-  async function call(method: string, path: string, body?: unknown): Promise<OperatorAnswer> {
-    const res = await fetch(`${baseUrl}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${key}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(30_000),
-    });
-    const text = await res.text();
-    let parsed: unknown = text;
-    try {
-      parsed = text ? JSON.parse(text) : null;
-    } catch {
-      // not JSON: keep the text
-    }
-    return { status: res.status, body: parsed };
-  }
+  const call = api(baseUrl, key);
   return {
     call,
     async expect(method, path, body, ok) {

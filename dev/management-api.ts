@@ -1,7 +1,10 @@
-/** The management API as the benches call it: one function per connector, answers parsed when JSON. */
+/**
+ * The management API as our tools call it (the benches, the TCK profile's operator): one function
+ * per connector and key, answers parsed when JSON, 30 s per call.
+ */
 export interface Answer {
   status: number;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the bench reads answers of every shape
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- callers read answers of every shape
   body: any;
 }
 
