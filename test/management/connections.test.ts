@@ -121,6 +121,19 @@ describe('connections (consumer side)', function () {
     expectError(await consumer.api.get('/api/v1/connections/Not_An_Alias'), 400, 'invalid_request', 'alias');
   });
 
+  /** Every payload in a workflow history, but its search attributes (the server's to read: never encrypted). */
+  function payloadsOf(history: unknown): Array<{ metadata: Record<string, Uint8Array>; data: Uint8Array }> {
+    const found: Array<{ metadata: Record<string, Uint8Array>; data: Uint8Array }> = [];
+    const collect = (node: unknown): void => {
+      if (node === null || typeof node !== 'object' || ArrayBuffer.isView(node)) return;
+      const p = node as { metadata?: Record<string, Uint8Array>; data?: Uint8Array };
+      if (p.metadata && p.data) found.push(p as (typeof found)[number]);
+      else for (const [key, value] of Object.entries(node)) if (key !== 'searchAttributes') collect(value);
+    };
+    collect(history);
+    return found;
+  }
+
   it("keeps the pull token out of Temporal's histories: every payload of both transfers is encrypted", async () => {
     const route = await findGatewayRoute(consumer.connector.db, 'soda-live');
     const token = endpointProperty(route!.dataAddress!, 'authorization')!;
@@ -140,17 +153,7 @@ describe('connections (consumer side)', function () {
     for (const { connector, row } of sides) {
       expect(row, 'transfer row').to.not.equal(undefined);
       const history = await connector.temporal.workflow.getHandle(row.workflow_id).fetchHistory();
-      const payloads: Array<{ metadata: Record<string, Uint8Array>; data: Uint8Array }> = [];
-      const collect = (node: unknown): void => {
-        if (node === null || typeof node !== 'object' || ArrayBuffer.isView(node)) return;
-        const p = node as { metadata?: Record<string, Uint8Array>; data?: Uint8Array };
-        if (p.metadata && p.data) payloads.push(p as (typeof payloads)[number]);
-        else
-          for (const [key, value] of Object.entries(node))
-            // Search attributes are the server's to read (role, state, counterparty): never encrypted.
-            if (key !== 'searchAttributes') collect(value);
-      };
-      collect(history);
+      const payloads = payloadsOf(history);
       // Update arguments, activity inputs and results: the start message with the token among them.
       expect(payloads.length, row.workflow_id).to.be.at.least(5);
       for (const p of payloads) {
@@ -159,16 +162,8 @@ describe('connections (consumer side)', function () {
       }
       // With the connector's key the same history holds the token: it did pass through Temporal.
       await decryptPayloads(history, connector);
-      const plain: Buffer[] = [];
-      const collectPlain = (node: unknown): void => {
-        if (node === null || typeof node !== 'object' || ArrayBuffer.isView(node)) return;
-        const p = node as { metadata?: Record<string, Uint8Array>; data?: Uint8Array };
-        if (p.metadata && p.data) plain.push(Buffer.from(p.data));
-        else for (const value of Object.values(node)) collectPlain(value);
-      };
-      collectPlain(history);
       expect(
-        plain.some((data) => data.includes(token)),
+        payloadsOf(history).some((p) => Buffer.from(p.data).includes(token)),
         row.workflow_id,
       ).to.equal(true);
       // The connector itself still talks to its workflow: a query's answer decrypts with its key.

@@ -49,6 +49,17 @@ async function waitTransfer(api: Client, id: string, done: (t: Json) => boolean,
 
 const token = (a: DataAddress) => endpointProperty(a, 'authorization')!;
 
+/** A consumer's TransferRequestMessage for an agreement, as the protocol tests send it by hand. */
+const transferRequest = (agreementId: string, consumerPid: string, callbackAddress: string) => ({
+  '@context': DSP_CONTEXT,
+  '@id': `urn:uuid:${randomUUID()}`,
+  '@type': 'TransferRequestMessage',
+  consumerPid,
+  agreementId,
+  format: 'HttpData-PULL',
+  callbackAddress,
+});
+
 describe('transfer process between two connectors (DSP 2025-1)', function () {
   this.timeout(180_000);
   let authority: RunningAuthority;
@@ -351,16 +362,8 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
   it('answers a repeated request with the same process, and refuses what it cannot serve (TransferError)', async () => {
     const dsp = client(provider.dsp);
     const consumerPid = `urn:uuid:${randomUUID()}`;
-    const request = {
-      '@context': DSP_CONTEXT,
-      '@id': `urn:uuid:${randomUUID()}`,
-      '@type': 'TransferRequestMessage',
-      consumerPid,
-      agreementId,
-      format: 'HttpData-PULL',
-      // Nobody answers here: the provider's start cannot be delivered, which does not matter.
-      callbackAddress: 'http://127.0.0.1:9/dsp',
-    };
+    // Nobody answers at the callback: the provider's start cannot be delivered, which does not matter.
+    const request = transferRequest(agreementId, consumerPid, 'http://127.0.0.1:9/dsp');
     const first = await dsp.post('/transfers/request', request, await asConsumer());
     expect(first.status, JSON.stringify(first.body)).to.equal(201);
     expect(first.body).to.include({ '@type': 'TransferProcess', consumerPid, state: 'REQUESTED' });
@@ -472,15 +475,7 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
       const dsp = client(provider.dsp);
       const opened = await dsp.post(
         '/transfers/request',
-        {
-          '@context': DSP_CONTEXT,
-          '@id': `urn:uuid:${randomUUID()}`,
-          '@type': 'TransferRequestMessage',
-          consumerPid,
-          agreementId,
-          format: 'HttpData-PULL',
-          callbackAddress: `http://127.0.0.1:${port}/dsp`,
-        },
+        transferRequest(agreementId, consumerPid, `http://127.0.0.1:${port}/dsp`),
         await asConsumer(),
       );
       expect(opened.status, JSON.stringify(opened.body)).to.equal(201);
@@ -712,14 +707,7 @@ describe('transfer process between two connectors (DSP 2025-1)', function () {
     expectError(await consumer.api.post(path, {}), 409, 'conflict', 'ended');
     const request = await dsp.post(
       '/transfers/request',
-      {
-        '@context': DSP_CONTEXT,
-        '@type': 'TransferRequestMessage',
-        consumerPid: `urn:uuid:${randomUUID()}`,
-        agreementId: id,
-        format: 'HttpData-PULL',
-        callbackAddress: consumer.dsp,
-      },
+      transferRequest(id, `urn:uuid:${randomUUID()}`, consumer.dsp),
       await asConsumer(),
     );
     expect(request.status).to.equal(400);
